@@ -1,0 +1,32 @@
+// Package crds embeds the generated CustomResourceDefinitions of the fulfiller.sh API
+// (`make generate` writes them; the chart carries the same files).
+package crds
+
+import (
+	_ "embed"
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var (
+	//go:embed fulfiller.sh_tofunodeclasses.yaml
+	tofuNodeClassesYAML []byte
+	//go:embed fulfiller.sh_fulfillments.yaml
+	fulfillmentsYAML []byte
+)
+
+// CRDs are the fulfiller's CustomResourceDefinitions.
+var CRDs = []*apiextensionsv1.CustomResourceDefinition{
+	mustParse(tofuNodeClassesYAML),
+	mustParse(fulfillmentsYAML),
+}
+
+func mustParse(data []byte) *apiextensionsv1.CustomResourceDefinition {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		panic(fmt.Sprintf("parsing embedded CRD: %v", err))
+	}
+	return crd
+}

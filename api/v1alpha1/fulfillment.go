@@ -1,0 +1,165 @@
+package v1alpha1
+
+import (
+	"github.com/awslabs/operatorpkg/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Fulfillment is the fulfiller's record of one NodeClaim (same name): what Create decided,
+// and where the claim is — each stage a condition with a timestamp, each tofu run with the
+// name to read its log by.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=ff,categories=karpenter
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.nodeType`
+// +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.zone`,priority=1
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.status.providerID`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`,priority=1
+// +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.status.currentRun`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+type Fulfillment struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FulfillmentSpec   `json:"spec,omitempty"`
+	Status FulfillmentStatus `json:"status,omitempty"`
+}
+
+// FulfillmentSpec is what CloudProvider.Create decided; it does not change afterwards.
+type FulfillmentSpec struct {
+	NodeClaimUID string `json:"nodeClaimUID"`
+	NodeClass    string `json:"nodeClass"`
+	// +optional
+	NodePool     string `json:"nodePool,omitempty"`
+	NodeType     string `json:"nodeType"`
+	Zone         string `json:"zone"`
+	CapacityType string `json:"capacityType"`
+	// Price of the chosen offering, per hour.
+	// +optional
+	Price string `json:"price,omitempty"`
+	// NodeName is the name the machine registers its Node with.
+	NodeName string `json:"nodeName"`
+	// ProviderID when the node type makes it known before the apply.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// StateKey names the claim's OpenTofu state (the kubernetes backend's secret_suffix).
+	StateKey string `json:"stateKey"`
+	// Module is the module folder of the chosen node type.
+	Module string `json:"module"`
+	// Hash of the NodeClass, node type and module version used; compared for drift.
+	Hash string `json:"hash"`
+}
+
+type FulfillmentStatus struct {
+	// Conditions per stage: Applied, Joined, Initialized roll up into Ready; Destroyed once the
+	// machine and its state are gone.
+	// +optional
+	Conditions []status.Condition `json:"conditions,omitempty"`
+	// Phase is a display value derived from the conditions.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Reason and Message explain the phase in one line (from the condition that decides it).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ProviderID of the machine (from the module's provider_id output or the template).
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// NodeName of the registered Node.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// Addresses the module reported.
+	// +optional
+	Addresses []string `json:"addresses,omitempty"`
+	// Stages records when each stage was reached.
+	// +optional
+	Stages Stages `json:"stages,omitempty"`
+	// CurrentRun is the run in progress (or the last one): `kubectl logs` it, or read its log file.
+	// +optional
+	CurrentRun string `json:"currentRun,omitempty"`
+	// Runs are the tofu runs of this claim, oldest first (bounded).
+	// +optional
+	Runs []Run `json:"runs,omitempty"`
+	// UserDataSecret names the Secret that holds the claim's rendered user data.
+	// +optional
+	UserDataSecret string `json:"userDataSecret,omitempty"`
+	// TokenID is the public half of the claim's bootstrap token (never the secret).
+	// +optional
+	TokenID string `json:"tokenID,omitempty"`
+}
+
+type Stages struct {
+	// +optional
+	ClaimCreated *metav1.Time `json:"claimCreated,omitempty"`
+	// +optional
+	ApplyStarted *metav1.Time `json:"applyStarted,omitempty"`
+	// +optional
+	Applied *metav1.Time `json:"applied,omitempty"`
+	// +optional
+	Registered *metav1.Time `json:"registered,omitempty"`
+	// +optional
+	Initialized *metav1.Time `json:"initialized,omitempty"`
+	// +optional
+	DestroyStarted *metav1.Time `json:"destroyStarted,omitempty"`
+	// +optional
+	Destroyed *metav1.Time `json:"destroyed,omitempty"`
+}
+
+// RunPhase is where a tofu run is.
+type RunPhase string
+
+const (
+	RunRunning   RunPhase = "Running"
+	RunSucceeded RunPhase = "Succeeded"
+	RunFailed    RunPhase = "Failed"
+)
+
+type Run struct {
+	// Name of the run (the runner's Job, or the local runner's folder).
+	Name string `json:"name"`
+	// Operation is apply or destroy.
+	Operation string   `json:"operation"`
+	Attempt   int      `json:"attempt"`
+	Phase     RunPhase `json:"phase"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// ErrorClass classifies a failure (InsufficientCapacity, StateLocked, InvalidModule, ...).
+	// +optional
+	ErrorClass string `json:"errorClass,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Log is where to read the run: a file path for the local executor.
+	// +optional
+	Log string `json:"log,omitempty"`
+}
+
+// Condition types of a Fulfillment.
+const (
+	ConditionApplied     = "Applied"
+	ConditionJoined      = "Joined"
+	ConditionInitialized = "Initialized"
+	ConditionDestroyed   = "Destroyed"
+)
+
+func (in *Fulfillment) StatusConditions(opts ...status.ForOption) status.ConditionSet {
+	return status.NewReadyConditions(ConditionApplied, ConditionJoined, ConditionInitialized).For(in, opts...)
+}
+
+func (in *Fulfillment) GetConditions() []status.Condition { return in.Status.Conditions }
+
+func (in *Fulfillment) SetConditions(conditions []status.Condition) {
+	in.Status.Conditions = conditions
+}
+
+// +kubebuilder:object:root=true
+type FulfillmentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Fulfillment `json:"items"`
+}

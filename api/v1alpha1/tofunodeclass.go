@@ -1,0 +1,184 @@
+package v1alpha1
+
+import (
+	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TofuNodeClass describes how to make nodes: the OpenTofu module, where its state lives, how
+// machines join, and the node types Karpenter may choose from.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=tnc;tofunc,categories=karpenter
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Types",type=integer,JSONPath=`.status.nodeTypeCount`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
+type TofuNodeClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TofuNodeClassSpec   `json:"spec,omitempty"`
+	Status TofuNodeClassStatus `json:"status,omitempty"`
+}
+
+type TofuNodeClassSpec struct {
+	// Module is the OpenTofu module every node type uses unless it names its own.
+	Module ModuleSource `json:"module"`
+	// Backend is where each claim's state lives and is locked. One state per NodeClaim.
+	// +optional
+	Backend Backend `json:"backend,omitempty"`
+	// Variables are passed to the module in its `parameters` map, for every node type.
+	// +optional
+	Variables map[string]string `json:"variables,omitempty"`
+	// Bootstrap configures how machines join the cluster.
+	Bootstrap BootstrapSpec `json:"bootstrap"`
+	// NodeTypes are the instance types Karpenter may launch with this class.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=map
+	// +listMapKey=name
+	NodeTypes []NodeType `json:"nodeTypes"`
+}
+
+type ModuleSource struct {
+	// Source is a folder holding the module (a local path for now).
+	// +kubebuilder:validation:MinLength=1
+	Source string `json:"source"`
+	// Version is recorded in the drift hash; change it to roll nodes onto a new module release.
+	// +optional
+	Version string `json:"version,omitempty"`
+}
+
+// BackendType names an OpenTofu state backend.
+// +kubebuilder:validation:Enum=kubernetes
+type BackendType string
+
+const BackendKubernetes BackendType = "kubernetes"
+
+type Backend struct {
+	// Type of the backend. The kubernetes backend keeps each state in a Secret and locks it
+	// with a Lease.
+	// +kubebuilder:default=kubernetes
+	// +optional
+	Type BackendType `json:"type,omitempty"`
+	// Namespace for the kubernetes backend's Secrets and Leases (default: the fulfiller's).
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+type BootstrapSpec struct {
+	// APIServerEndpoint is the host:port machines join (kubeadm's apiServerEndpoint).
+	// +kubebuilder:validation:MinLength=1
+	APIServerEndpoint string `json:"apiServerEndpoint"`
+	// TokenTTL is how long a claim's bootstrap token is valid. It is deleted as soon as the
+	// node registers.
+	// +kubebuilder:default="30m"
+	// +optional
+	TokenTTL metav1.Duration `json:"tokenTTL,omitempty"`
+	// CRISocket is the container runtime socket kubeadm configures.
+	// +optional
+	CRISocket string `json:"criSocket,omitempty"`
+	// KubernetesVersion the machines run, recorded in the drift hash.
+	// +optional
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+}
+
+type NodeType struct {
+	// Name is the value of node.kubernetes.io/instance-type.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Capacity of the machine: cpu, memory, pods, ephemeral-storage, extended resources (GPUs).
+	Capacity corev1.ResourceList `json:"capacity"`
+	// Overhead is reserved for the system and kubelet; allocatable = capacity - overhead.
+	// +optional
+	Overhead corev1.ResourceList `json:"overhead,omitempty"`
+	// Architecture (kubernetes.io/arch).
+	// +kubebuilder:default=amd64
+	// +optional
+	Architecture string `json:"architecture,omitempty"`
+	// Labels are added to nodes of this type.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Offerings are where and at which price the type can be launched.
+	// +kubebuilder:validation:MinItems=1
+	Offerings []Offering `json:"offerings"`
+	// Variables are merged over the class's variables in the module's `parameters`.
+	// +optional
+	Variables map[string]string `json:"variables,omitempty"`
+	// ProviderIDTemplate, when set, makes the provider ID known before the apply: `{name}` is
+	// replaced by the node name (e.g. `kubevirt://{name}`). Otherwise the module's provider_id
+	// output is awaited.
+	// +optional
+	ProviderIDTemplate string `json:"providerIDTemplate,omitempty"`
+	// JoinTimeout is how long a machine of this type may take from a finished apply until its
+	// Node registers. Past it the claim is replaced and the machine destroyed. It must leave
+	// room in Karpenter's fixed 15-minute registration window.
+	// +kubebuilder:default="10m"
+	// +optional
+	JoinTimeout *metav1.Duration `json:"joinTimeout,omitempty"`
+}
+
+type Offering struct {
+	// Zone (topology.kubernetes.io/zone).
+	// +kubebuilder:validation:MinLength=1
+	Zone string `json:"zone"`
+	// CapacityType (karpenter.sh/capacity-type).
+	// +kubebuilder:validation:Enum=on-demand;spot;reserved
+	// +kubebuilder:default=on-demand
+	// +optional
+	CapacityType string `json:"capacityType,omitempty"`
+	// Price per hour, a decimal string such as "0.0119".
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	Price string `json:"price"`
+	// Unavailable marks an offering that cannot be launched now (it is still listed).
+	// +optional
+	Unavailable bool `json:"unavailable,omitempty"`
+}
+
+type TofuNodeClassStatus struct {
+	// Conditions: Ready is False with a reason when the class cannot launch nodes.
+	// +optional
+	Conditions []status.Condition `json:"conditions,omitempty"`
+	// NodeTypeCount is the number of node types offered.
+	// +optional
+	NodeTypeCount int `json:"nodeTypeCount,omitempty"`
+	// Hash of the spec that launched nodes are compared against for drift.
+	// +optional
+	Hash string `json:"hash,omitempty"`
+}
+
+// Condition types of a TofuNodeClass.
+const (
+	ConditionModuleValid = "ModuleValid"
+	ConditionSpecValid   = "SpecValid"
+)
+
+func (in *TofuNodeClass) StatusConditions(opts ...status.ForOption) status.ConditionSet {
+	return status.NewReadyConditions(ConditionSpecValid, ConditionModuleValid).For(in, opts...)
+}
+
+func (in *TofuNodeClass) GetConditions() []status.Condition { return in.Status.Conditions }
+
+func (in *TofuNodeClass) SetConditions(conditions []status.Condition) {
+	in.Status.Conditions = conditions
+}
+
+// NodeType returns the named node type.
+func (in *TofuNodeClass) NodeType(name string) (*NodeType, bool) {
+	for i := range in.Spec.NodeTypes {
+		if in.Spec.NodeTypes[i].Name == name {
+			return &in.Spec.NodeTypes[i], true
+		}
+	}
+	return nil, false
+}
+
+// +kubebuilder:object:root=true
+type TofuNodeClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TofuNodeClass `json:"items"`
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Builds the pinned tools the tests and the local environment need, from source, through the
+# Go module proxy (nothing else can be downloaded here). Each tool is cached outside the clone
+# as $FULFILLER_CACHE/tools/<name>-<version> and linked into $FULFILLER_CACHE/tools/bin, so a
+# second run, or CI on the same machine, reuses it.
+#
+#   hack/tools.sh            build what is missing, print the bin folder
+#   TOOLS="tofu etcd" ...    build only these
+#
+# Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION FULFILLER_CACHE TOOLS.
+set -euo pipefail
+shopt -s inherit_errexit
+
+K8S_VERSION=${K8S_VERSION:-1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-3.6.8}
+TOFU_VERSION=${TOFU_VERSION:-1.12.6}
+HELM_VERSION=${HELM_VERSION:-3.22.0}
+CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-0.21.0}
+FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
+TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen"}
+
+root=$FULFILLER_CACHE/tools
+src=$FULFILLER_CACHE/src
+bin=$root/bin
+mkdir -p "$root" "$src" "$bin"
+
+export GOWORK=off CGO_ENABLED=0
+unset GOFLAGS
+
+log() { printf 'tools: %s\n' "$*" >&2; }
+
+current_tool=""
+trap 'rc=$?; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION)"; fi' EXIT
+
+version_of() {
+  case $1 in
+    tofu) echo "$TOFU_VERSION" ;;
+    etcd) echo "$ETCD_VERSION" ;;
+    helm) echo "$HELM_VERSION" ;;
+    controller-gen) echo "$CONTROLLER_GEN_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo "$K8S_VERSION" ;;
+    *) log "unknown tool $1"; return 1 ;;
+  esac
+}
+
+# module_dir MOD@VER: downloads a module through the proxy and prints its (read-only) folder.
+module_dir() {
+  (cd / && go mod download -json "$1") | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+# writable_copy MOD@VER NAME: a writable copy of a module's source under $src.
+writable_copy() {
+  local dir dest=$src/$2
+  dir=$(module_dir "$1")
+  [ -n "$dir" ] || { log "module $1 has no source folder"; return 1; }
+  if [ ! -f "$dest/.complete" ]; then
+    rm -rf "$dest"
+    mkdir -p "$(dirname "$dest")"
+    cp -r "$dir" "$dest.tmp"
+    chmod -R u+w "$dest.tmp"
+    mv "$dest.tmp" "$dest"
+    touch "$dest/.complete"
+  fi
+  printf '%s\n' "$dest"
+}
+
+build_tofu() {
+  local dir
+  dir=$(writable_copy "github.com/opentofu/opentofu@v$TOFU_VERSION" "opentofu-$TOFU_VERSION")
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath \
+    -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$1" ./cmd/tofu)
+}
+
+build_etcd() {
+  local dir
+  dir=$(writable_copy "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" "etcd-server-$ETCD_VERSION")
+  (cd "$dir" &&
+    for r in go.etcd.io/etcd/api/v3 go.etcd.io/etcd/client/pkg/v3 go.etcd.io/etcd/client/v3 go.etcd.io/etcd/pkg/v3; do
+      go mod edit -dropreplace "$r"
+    done &&
+    GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$1" .)
+}
+
+k8s_source() {
+  local dir minor
+  dir=$(writable_copy "k8s.io/kubernetes@v$K8S_VERSION" "kubernetes-$K8S_VERSION")
+  if [ ! -f "$dir/.replaced" ]; then
+    minor=${K8S_VERSION#*.}
+    rm -f "$dir/go.work" "$dir/go.work.sum"
+    (cd "$dir" &&
+      for m in $(go mod edit -json | sed -n 's/^[[:space:]]*"Path": "\(k8s.io\/[^"]*\)"$/\1/p' | sort -u); do
+        if grep -q "$m => ./staging/src/$m\$" go.mod; then
+          go mod edit -replace "$m=$m@v0.$minor"
+        fi
+      done &&
+      GOFLAGS=-mod=mod go mod download) >&2
+    touch "$dir/.replaced"
+  fi
+  printf '%s\n' "$dir"
+}
+
+build_k8s() { # build_k8s OUT CMD
+  local dir p ld="-s -w" date
+  dir=$(k8s_source)
+  date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=${K8S_VERSION%%.*}"
+    ld+=" -X $p.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION") -X $p.gitTreeState=clean -X $p.buildDate=$date"
+  done
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$1" "./cmd/$2")
+}
+
+build_helm() {
+  local dir kminor
+  dir=$(module_dir "helm.sh/helm/v3@v$HELM_VERSION")
+  kminor=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$dir/go.mod" | head -1)
+  local ld="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kminor"
+  done
+  local gobin
+  gobin=$(mktemp -d)
+  (cd / && GOBIN=$gobin go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION")
+  mv "$gobin/helm" "$1"
+  rmdir "$gobin"
+}
+
+build_controller_gen() {
+  local gobin
+  gobin=$(mktemp -d)
+  (cd / && GOBIN=$gobin go install -trimpath -ldflags "-s -w" "sigs.k8s.io/controller-tools/cmd/controller-gen@v$CONTROLLER_GEN_VERSION")
+  mv "$gobin/controller-gen" "$1"
+  rmdir "$gobin"
+}
+
+total_start=$SECONDS
+for tool in $TOOLS; do
+  version=$(version_of "$tool")
+  out=$root/$tool-$version
+  if [ -x "$out" ]; then
+    log "$tool $version cached"
+  else
+    current_tool="$tool $version"
+    log "building $tool $version"
+    start=$SECONDS
+    tmp=$out.tmp.$$
+    case $tool in
+      tofu) build_tofu "$tmp" ;;
+      etcd) build_etcd "$tmp" ;;
+      helm) build_helm "$tmp" ;;
+      controller-gen) build_controller_gen "$tmp" ;;
+      *) build_k8s "$tmp" "$tool" ;;
+    esac
+    "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 || { log "$tool $version was built but does not run"; exit 1; }
+    mv "$tmp" "$out"
+    current_tool=""
+    log "built $tool $version in $((SECONDS - start))s"
+  fi
+  ln -sfn "../$tool-$version" "$bin/$tool"
+done
+log "all tools ready in $((SECONDS - total_start))s"
+printf '%s\n' "$bin"

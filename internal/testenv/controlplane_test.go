@@ -1,0 +1,197 @@
+package testenv
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/sim"
+)
+
+var controlPlane *ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(RunMain(m, &controlPlane, Options{CRDs: DefaultCRDs()}))
+}
+
+func admin(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(controlPlane.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func whoAmI(ctx context.Context, cfg *rest.Config) (authenticationv1.UserInfo, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return authenticationv1.UserInfo{}, err
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return authenticationv1.UserInfo{}, err
+	}
+	return review.Status.UserInfo, nil
+}
+
+func mintToken(ctx context.Context, t *testing.T, expires time.Time) bootstrap.Token {
+	t.Helper()
+	tok, err := bootstrap.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{Expires: expires, Description: "testenv " + t.Name()})
+	if _, err := admin(t).CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating token secret: %v", err)
+	}
+	return tok
+}
+
+// TestBootstrapTokenJoin walks a kubelet's join against the real control plane: bootstrap-token
+// authentication, a CSR approved and signed by kube-controller-manager, and a Node created by
+// the node itself under the Node authorizer and NodeRestriction.
+func TestBootstrapTokenJoin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tok := mintToken(ctx, t, time.Now().Add(10*time.Minute))
+
+	user, err := whoAmI(ctx, sim.TokenConfig(controlPlane.Server, controlPlane.CAPEM, tok.String()))
+	if err != nil {
+		t.Fatalf("authenticating with the bootstrap token: %v", err)
+	}
+	if user.Username != "system:bootstrap:"+tok.ID {
+		t.Errorf("token authenticated as %q, want system:bootstrap:%s", user.Username, tok.ID)
+	}
+	for _, g := range []string{"system:bootstrappers", bootstrap.DefaultGroup} {
+		if !slices.Contains(user.Groups, g) {
+			t.Errorf("token groups %v lack %s", user.Groups, g)
+		}
+	}
+
+	const nodeName = "join-test-node"
+	creds, err := sim.TLSBootstrap(ctx, sim.TokenConfig(controlPlane.Server, controlPlane.CAPEM, tok.String()), nodeName)
+	if err != nil {
+		t.Fatalf("TLS bootstrap: %v", err)
+	}
+	block, _ := pem.Decode(creds.CertPEM)
+	if block == nil {
+		t.Fatal("signed certificate is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "system:node:"+nodeName || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
+		t.Errorf("certificate subject = %v, want CN=system:node:%s O=system:nodes", cert.Subject, nodeName)
+	}
+	if err := cert.CheckSignatureFrom(controlPlane.pki.CA.Cert); err != nil {
+		t.Errorf("certificate not signed by the cluster CA: %v", err)
+	}
+	csrs, err := admin(t).CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approved := false
+	for _, c := range csrs.Items {
+		if c.Spec.Username != tok.Username() {
+			continue
+		}
+		for _, cond := range c.Status.Conditions {
+			approved = approved || (cond.Type == certificatesv1.CertificateApproved && cond.Reason == "AutoApproved")
+		}
+	}
+	if !approved {
+		t.Errorf("no CSR by %s was auto-approved by kube-controller-manager", tok.Username())
+	}
+
+	nodeCfg := sim.NodeConfig(controlPlane.Server, controlPlane.CAPEM, creds)
+	user, err = whoAmI(ctx, nodeCfg)
+	if err != nil {
+		t.Fatalf("authenticating with the node certificate: %v", err)
+	}
+	if user.Username != "system:node:"+nodeName {
+		t.Errorf("node certificate authenticated as %q", user.Username)
+	}
+	nodeClient, err := kubernetes.NewForConfig(nodeCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}, Spec: corev1.NodeSpec{ProviderID: "sim://" + nodeName}}
+	created, err := nodeClient.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("node creating its own Node: %v", err)
+	}
+	if created.Spec.ProviderID != "sim://"+nodeName {
+		t.Errorf("providerID = %q", created.Spec.ProviderID)
+	}
+	// The Node authorizer and NodeRestriction are live: a node cannot create another node.
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "someone-else"}}
+	if _, err := nodeClient.CoreV1().Nodes().Create(ctx, other, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("creating another node's Node: got %v, want Forbidden", err)
+	}
+	// Neither can the bootstrap token act as a node.
+	tokenClient, err := kubernetes.NewForConfig(sim.TokenConfig(controlPlane.Server, controlPlane.CAPEM, tok.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokenClient.CoreV1().Nodes().Create(ctx, other, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("creating a Node with the bootstrap token: got %v, want Forbidden", err)
+	}
+}
+
+// TestExpiredTokenRefused shows the API server refuses an expired token and kube-controller-
+// manager's token cleaner removes its Secret.
+func TestExpiredTokenRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tok := mintToken(ctx, t, time.Now().Add(-time.Minute))
+	_, err := whoAmI(ctx, sim.TokenConfig(controlPlane.Server, controlPlane.CAPEM, tok.String()))
+	if !apierrors.IsUnauthorized(err) {
+		t.Fatalf("expired token: got %v, want Unauthorized", err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := admin(t).CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, tok.SecretName(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("token cleaner did not delete the expired token secret: %v", err)
+	}
+}
+
+// TestClusterInfoSigned shows discovery works the kubeadm way: the bootstrap signer signs the
+// public cluster-info with every valid token, and anonymous clients may read it.
+func TestClusterInfoSigned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tok := mintToken(ctx, t, time.Now().Add(10*time.Minute))
+	anon, err := kubernetes.NewForConfig(&rest.Config{Host: controlPlane.Server, TLSClientConfig: rest.TLSClientConfig{CAData: controlPlane.CAPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		cm, err := anon.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return cm.Data[bootstrapapi.JWSSignatureKeyPrefix+tok.ID] != "", nil
+	})
+	if err != nil {
+		t.Fatalf("cluster-info signed for token %s: %v", tok.ID, err)
+	}
+}
