@@ -11,7 +11,7 @@ unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all tools generate verify-generate build test test-unit vet fmt demo clean help
+.PHONY: all tools generate verify-generate build test vet demo dev-up dev-down clean help
 
 all: build
 
@@ -37,8 +37,16 @@ vet: ## go vet and gofmt check
 test: tools vet verify-generate ## build the tools, then run every test suite against them
 	go test $(GO_TEST_FLAGS) ./...
 
-demo: ## run the local environment with a sample workload (see README)
-	@echo "make demo: the local environment is not built yet (walking-skeleton issue)"; exit 1
+DEV_DIR ?= .dev
+
+demo: tools build ## run the local environment with a sample workload (see README)
+	bin/fulfiller dev demo --dir $(DEV_DIR)
+
+dev-up: tools build ## start the local environment in the background (KUBECONFIG=$(DEV_DIR)/kubeconfig)
+	bin/fulfiller dev up --dir $(DEV_DIR)
+
+dev-down: ## stop the local environment
+	bin/fulfiller dev down --dir $(DEV_DIR)
 
 clean: ## remove build output (the tools cache stays)
 	rm -rf bin

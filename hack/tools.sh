@@ -30,7 +30,7 @@ unset GOFLAGS
 log() { printf 'tools: %s\n' "$*" >&2; }
 
 current_tool=""
-trap 'rc=$?; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION)"; fi' EXIT
+trap 'rc=$?; rm -f "$root"/*.tmp.$$; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION)"; fi' EXIT
 
 version_of() {
   case $1 in
@@ -151,7 +151,8 @@ for tool in $TOOLS; do
       controller-gen) build_controller_gen "$tmp" ;;
       *) build_k8s "$tmp" "$tool" ;;
     esac
-    "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 || { log "$tool $version was built but does not run"; exit 1; }
+    "$tmp" version --client >/dev/null 2>&1 || "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 ||
+      { log "$tool $version was built but does not run"; exit 1; }
     mv "$tmp" "$out"
     current_tool=""
     log "built $tool $version in $((SECONDS - start))s"

@@ -1,0 +1,366 @@
+// Package claims is the fulfiller's Karpenter CloudProvider and the controllers behind it: the
+// Fulfillment lifecycle (bootstrap token, tofu apply, join, initialization, destroy) and the
+// TofuNodeClass status.
+package claims
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+)
+
+// ProviderName is the CloudProvider's name in Karpenter's metrics.
+const ProviderName = "fulfiller"
+
+// FinalizerDestroy keeps a Fulfillment until its machine is destroyed and its state removed.
+const FinalizerDestroy = v1alpha1.Group + "/destroy"
+
+// LabelNodeClaim marks objects that belong to one claim (token Secrets, user data, runs).
+const LabelNodeClaim = "karpenter.sh/nodeclaim"
+
+var resourcePods110 = resource.MustParse("110")
+
+// CloudProvider implements Karpenter's CloudProvider on Fulfillments: Create decides and
+// records, the Fulfillment controller does the slow work.
+type CloudProvider struct {
+	kube        client.Client
+	clock       clock.Clock
+	unavailable *UnavailableOfferings
+	// providerIDWait bounds how long Create waits for a module's provider_id output when a
+	// node type's provider ID cannot be predicted.
+	providerIDWait time.Duration
+
+	mu    sync.Mutex
+	cache map[types.UID]cachedTypes
+}
+
+type cachedTypes struct {
+	generation int64
+	seq        uint64
+	types      []*cloudprovider.InstanceType
+}
+
+var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
+
+func NewCloudProvider(kube client.Client, clk clock.Clock, unavailable *UnavailableOfferings) *CloudProvider {
+	return &CloudProvider{kube: kube, clock: clk, unavailable: unavailable, providerIDWait: 20 * time.Second, cache: map[types.UID]cachedTypes{}}
+}
+
+func (c *CloudProvider) Name() string { return ProviderName }
+
+func (c *CloudProvider) GetSupportedNodeClasses() []status.Object {
+	return []status.Object{&v1alpha1.TofuNodeClass{}}
+}
+
+// Create is fast and idempotent: the Fulfillment named after the claim is the record of what
+// was decided, so a second call (after a restart) returns the same answer and starts nothing.
+func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	nc, err := c.nodeClass(ctx, claim.Spec.NodeClassRef.Name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s not found", claim.Spec.NodeClassRef.Name))
+		}
+		return nil, fmt.Errorf("reading nodeclass: %w", err)
+	}
+	if !nc.StatusConditions().Root().IsTrue() {
+		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is not ready", nc.Name))
+	}
+	f := &v1alpha1.Fulfillment{}
+	err = c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f)
+	switch {
+	case apierrors.IsNotFound(err):
+		if f, err = c.decide(ctx, nc, claim); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, fmt.Errorf("reading fulfillment: %w", err)
+	case f.Spec.NodeClaimUID != string(claim.UID):
+		return nil, cloudprovider.NewCreateError(fmt.Errorf("fulfillment %s belongs to another nodeclaim (uid %s)", f.Name, f.Spec.NodeClaimUID),
+			"FulfillmentConflict", "a fulfillment of that name belongs to an earlier nodeclaim and is being destroyed")
+	}
+	nt, ok := nc.NodeType(f.Spec.NodeType)
+	if !ok {
+		return nil, cloudprovider.NewCreateError(fmt.Errorf("node type %s is gone from nodeclass %s", f.Spec.NodeType, nc.Name),
+			"NodeTypeNotFound", "the chosen node type is no longer in the nodeclass")
+	}
+	providerID := f.Spec.ProviderID
+	if providerID == "" {
+		if providerID, err = c.awaitProviderID(ctx, f); err != nil {
+			return nil, err
+		}
+	}
+	return c.hydrate(claim, nc, nt, f, providerID)
+}
+
+// decide chooses the offering and records the Fulfillment.
+func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, claim *karpv1.NodeClaim) (*v1alpha1.Fulfillment, error) {
+	its, err := c.instanceTypes(nc)
+	if err != nil {
+		return nil, cloudprovider.NewNodeClassNotReadyError(err)
+	}
+	ch, err := chooseOffering(nc, its, claim)
+	if err != nil {
+		return nil, cloudprovider.NewInsufficientCapacityError(err)
+	}
+	key, err := statelock.KeyFor(claim.Name)
+	if err != nil {
+		return nil, cloudprovider.NewCreateError(err, "InvalidClaimName", err.Error())
+	}
+	f := &v1alpha1.Fulfillment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:       claim.Name,
+			Labels:     map[string]string{LabelNodeClaim: claim.Name, karpv1.NodePoolLabelKey: claim.Labels[karpv1.NodePoolLabelKey]},
+			Finalizers: []string{FinalizerDestroy},
+		},
+		Spec: v1alpha1.FulfillmentSpec{
+			NodeClaimUID: string(claim.UID),
+			NodeClass:    nc.Name,
+			NodePool:     claim.Labels[karpv1.NodePoolLabelKey],
+			NodeType:     ch.nodeType.Name,
+			Zone:         ch.zone,
+			CapacityType: ch.capType,
+			Price:        fmt.Sprintf("%g", ch.offering.Price),
+			NodeName:     claim.Name,
+			ProviderID:   providerIDFor(ch.nodeType, claim.Name),
+			StateKey:     string(key),
+			Module:       moduleFor(nc, ch.nodeType),
+			Hash:         nodeHash(nc, ch.nodeType),
+		},
+	}
+	if err := c.kube.Create(ctx, f); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			got := &v1alpha1.Fulfillment{}
+			if err := c.kube.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
+				return nil, fmt.Errorf("reading fulfillment: %w", err)
+			}
+			return got, nil
+		}
+		return nil, fmt.Errorf("creating fulfillment: %w", err)
+	}
+	return f, nil
+}
+
+// awaitProviderID waits, bounded, for the apply to report the machine's provider ID. Every
+// claim of a burst is applied in parallel meanwhile.
+func (c *CloudProvider) awaitProviderID(ctx context.Context, f *v1alpha1.Fulfillment) (string, error) {
+	deadline := c.clock.Now().Add(c.providerIDWait)
+	for {
+		got := &v1alpha1.Fulfillment{}
+		if err := c.kube.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
+			return "", fmt.Errorf("reading fulfillment: %w", err)
+		}
+		if got.Status.ProviderID != "" {
+			return got.Status.ProviderID, nil
+		}
+		if c.clock.Now().After(deadline) {
+			return "", cloudprovider.NewCreateError(errors.New("waiting for the module's provider_id output"),
+				"AwaitingProviderID", "the apply has not reported the machine's provider ID yet")
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-c.clock.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// hydrate is the claim as Create returns it: provider ID, labels of the chosen offering,
+// capacity and allocatable, and the drift hash.
+func (c *CloudProvider) hydrate(claim *karpv1.NodeClaim, nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType, f *v1alpha1.Fulfillment, providerID string) (*karpv1.NodeClaim, error) {
+	it, err := instanceType(nt, nil)
+	if err != nil {
+		return nil, cloudprovider.NewNodeClassNotReadyError(err)
+	}
+	out := claim.DeepCopy()
+	out.Labels = nodeLabels(nt, f)
+	out.Annotations = map[string]string{AnnotationHash: f.Spec.Hash, AnnotationHashVersion: HashVersion}
+	out.Status.ProviderID = providerID
+	out.Status.Capacity = it.Capacity
+	out.Status.Allocatable = it.Allocatable()
+	return out, nil
+}
+
+// nodeLabels are the labels a node of this fulfillment carries.
+func nodeLabels(nt *v1alpha1.NodeType, f *v1alpha1.Fulfillment) map[string]string {
+	labels := map[string]string{
+		corev1.LabelInstanceTypeStable: nt.Name,
+		corev1.LabelTopologyZone:       f.Spec.Zone,
+		karpv1.CapacityTypeLabelKey:    f.Spec.CapacityType,
+		corev1.LabelArchStable:         architecture(nt),
+		corev1.LabelOSStable:           string(corev1.Linux),
+	}
+	for k, v := range nt.Labels {
+		labels[k] = v
+	}
+	return labels
+}
+
+func providerIDFor(nt *v1alpha1.NodeType, nodeName string) string {
+	if nt.ProviderIDTemplate == "" {
+		return ""
+	}
+	return strings.ReplaceAll(nt.ProviderIDTemplate, "{name}", nodeName)
+}
+
+func moduleFor(nc *v1alpha1.TofuNodeClass, _ *v1alpha1.NodeType) string {
+	return nc.Spec.Module.Source
+}
+
+// Delete starts the destroy (the Fulfillment's finalizer runs it) and reports NotFound only
+// once the machine is destroyed and its state removed.
+func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
+	f := &v1alpha1.Fulfillment{}
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f); err != nil {
+		if apierrors.IsNotFound(err) {
+			return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s is gone", claim.Name))
+		}
+		return fmt.Errorf("reading fulfillment: %w", err)
+	}
+	if f.DeletionTimestamp.IsZero() {
+		if err := c.kube.Delete(ctx, f); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting fulfillment: %w", err)
+		}
+	}
+	return nil
+}
+
+// Get finds the claim of a provider ID; NotFound only when no machine can exist for it.
+func (c *CloudProvider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
+	list := &v1alpha1.FulfillmentList{}
+	if err := c.kube.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing fulfillments: %w", err)
+	}
+	for i := range list.Items {
+		f := &list.Items[i]
+		if fulfillmentProviderID(f) == providerID && !f.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
+			return toNodeClaim(f), nil
+		}
+	}
+	return nil, cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("no machine with provider id %s", providerID))
+}
+
+// List returns every machine that may exist, from the Fulfillments; an error rather than a
+// partial list.
+func (c *CloudProvider) List(ctx context.Context) ([]*karpv1.NodeClaim, error) {
+	list := &v1alpha1.FulfillmentList{}
+	if err := c.kube.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing fulfillments: %w", err)
+	}
+	out := make([]*karpv1.NodeClaim, 0, len(list.Items))
+	for i := range list.Items {
+		f := &list.Items[i]
+		if fulfillmentProviderID(f) == "" || f.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
+			continue
+		}
+		out = append(out, toNodeClaim(f))
+	}
+	return out, nil
+}
+
+func fulfillmentProviderID(f *v1alpha1.Fulfillment) string {
+	if f.Status.ProviderID != "" {
+		return f.Status.ProviderID
+	}
+	return f.Spec.ProviderID
+}
+
+func toNodeClaim(f *v1alpha1.Fulfillment) *karpv1.NodeClaim {
+	return &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              f.Name,
+			CreationTimestamp: f.CreationTimestamp,
+			DeletionTimestamp: f.DeletionTimestamp,
+			Labels: map[string]string{
+				corev1.LabelInstanceTypeStable: f.Spec.NodeType,
+				corev1.LabelTopologyZone:       f.Spec.Zone,
+				karpv1.CapacityTypeLabelKey:    f.Spec.CapacityType,
+			},
+		},
+		Status: karpv1.NodeClaimStatus{ProviderID: fulfillmentProviderID(f)},
+	}
+}
+
+// GetInstanceTypes lists every node type of the pool's NodeClass, cached per NodeClass
+// generation and unavailable-offerings change.
+func (c *CloudProvider) GetInstanceTypes(ctx context.Context, pool *karpv1.NodePool) ([]*cloudprovider.InstanceType, error) {
+	if pool.Spec.Template.Spec.NodeClassRef == nil {
+		return nil, fmt.Errorf("nodepool %s has no nodeClassRef", pool.Name)
+	}
+	nc, err := c.nodeClass(ctx, pool.Spec.Template.Spec.NodeClassRef.Name)
+	if err != nil {
+		return nil, fmt.Errorf("reading nodeclass of nodepool %s: %w", pool.Name, err)
+	}
+	return c.instanceTypes(nc)
+}
+
+func (c *CloudProvider) instanceTypes(nc *v1alpha1.TofuNodeClass) ([]*cloudprovider.InstanceType, error) {
+	seq := c.unavailable.SeqNum()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hit, ok := c.cache[nc.UID]; ok && hit.generation == nc.Generation && hit.seq == seq {
+		return hit.types, nil
+	}
+	its, err := instanceTypes(nc, c.unavailable)
+	if err != nil {
+		return nil, err
+	}
+	c.cache[nc.UID] = cachedTypes{generation: nc.Generation, seq: seq, types: its}
+	return its, nil
+}
+
+// IsDrifted compares the hash stamped on the claim at Create with the NodeClass as it is now.
+func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) (cloudprovider.DriftReason, error) {
+	if claim.Annotations[AnnotationHashVersion] != HashVersion {
+		return "", nil
+	}
+	nc, err := c.nodeClass(ctx, claim.Spec.NodeClassRef.Name)
+	if err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	nt, ok := nc.NodeType(claim.Labels[corev1.LabelInstanceTypeStable])
+	if !ok {
+		return "", nil // core reports InstanceTypeNotFound itself
+	}
+	if claim.Annotations[AnnotationHash] != nodeHash(nc, nt) {
+		return "NodeClassDrifted", nil
+	}
+	return "", nil
+}
+
+// RepairPolicies replace nodes whose kubelet stopped reporting for a long while; boot time is
+// not counted (a node registers Ready or not at all).
+func (c *CloudProvider) RepairPolicies() []cloudprovider.RepairPolicy {
+	return []cloudprovider.RepairPolicy{
+		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionFalse, TolerationDuration: 30 * time.Minute, Action: cloudprovider.ReplaceNode},
+		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, TolerationDuration: 30 * time.Minute, Action: cloudprovider.ReplaceNode},
+	}
+}
+
+func (c *CloudProvider) Reboot(context.Context, *karpv1.NodeClaim, string) error {
+	return cloudprovider.NewNodeRebootNotImplementedError()
+}
+
+func (c *CloudProvider) nodeClass(ctx context.Context, name string) (*v1alpha1.TofuNodeClass, error) {
+	nc := &v1alpha1.TofuNodeClass{}
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, nc); err != nil {
+		return nil, err
+	}
+	return nc, nil
+}

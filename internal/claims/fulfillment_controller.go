@@ -1,0 +1,202 @@
+package claims
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// Options configure the Fulfillment controller.
+type Options struct {
+	// Namespace holds the claims' states, user data and runs.
+	Namespace string
+	// TofuPath is the tofu binary runners use.
+	TofuPath string
+	// RunEnv is extra environment for every run (e.g. KUBECONFIG for the kubernetes backend
+	// when runs are local processes).
+	RunEnv map[string]string
+	// InCluster makes the kubernetes backend use the runner's service account.
+	InCluster bool
+	// MaxApplyAttempts bounds retries of an apply that failed transiently.
+	MaxApplyAttempts int
+	// RetryBackoff is the first wait before a retried run; it doubles per attempt.
+	RetryBackoff time.Duration
+}
+
+// FulfillmentController drives one claim from decision to a Ready node, and from deletion to a
+// destroyed machine with its state removed. Each stage is a small type in its own file that
+// returns early once its condition is settled; status is written once per reconcile.
+type FulfillmentController struct {
+	kube client.Client
+	// secrets reads Secrets and ConfigMaps from the API server: they are not cached, and a
+	// Secret this controller just created must be readable at once.
+	secrets     client.Reader
+	clock       clock.Clock
+	recorder    events.Recorder
+	executor    tfrunner.Executor
+	unavailable *UnavailableOfferings
+	opts        Options
+}
+
+func NewFulfillmentController(kube client.Client, secrets client.Reader, clk clock.Clock, recorder events.Recorder, executor tfrunner.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
+	if opts.MaxApplyAttempts == 0 {
+		opts.MaxApplyAttempts = 3
+	}
+	if opts.RetryBackoff == 0 {
+		opts.RetryBackoff = 5 * time.Second
+	}
+	return &FulfillmentController{kube: kube, secrets: secrets, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts}
+}
+
+// claimState is what the stages share in one reconcile.
+type claimState struct {
+	f     *v1alpha1.Fulfillment
+	claim *karpv1.NodeClaim // nil when the NodeClaim is gone
+	nc    *v1alpha1.TofuNodeClass
+	nt    *v1alpha1.NodeType
+	conds status.ConditionSet
+	// events to publish after the status is written
+	events []events.Event
+	// removeFinalizer is set by the finalizer once the machine and its state are gone
+	removeFinalizer bool
+}
+
+type stage interface {
+	reconcile(ctx context.Context, s *claimState) (reconcile.Result, error)
+}
+
+func (c *FulfillmentController) Register(_ context.Context, m manager.Manager) error {
+	byName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
+	})
+	return controllerruntime.NewControllerManagedBy(m).
+		Named("fulfillment").
+		For(&v1alpha1.Fulfillment{}).
+		Watches(&karpv1.NodeClaim{}, byName).
+		Watches(&corev1.Node{}, byName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 10}).
+		Complete(reconcile.AsReconciler(m.GetClient(), c))
+}
+
+func (c *FulfillmentController) Reconcile(ctx context.Context, f *v1alpha1.Fulfillment) (reconcile.Result, error) {
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("fulfillment", f.Name, "nodeType", f.Spec.NodeType))
+	s, err := c.gather(ctx, f)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !f.DeletionTimestamp.IsZero() {
+		return c.finish(ctx, s, f, []stage{&finalizeStage{c}})
+	}
+	if s.claim == nil || string(s.claim.UID) != f.Spec.NodeClaimUID {
+		// The claim went away without Delete (e.g. deleted before it launched): destroy.
+		if c.clock.Since(f.CreationTimestamp.Time) > 30*time.Second {
+			log.FromContext(ctx).Info("nodeclaim is gone, destroying its machine")
+			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, f))
+		}
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	if !controllerutil.ContainsFinalizer(f, FinalizerDestroy) {
+		patched := f.DeepCopy()
+		controllerutil.AddFinalizer(patched, FinalizerDestroy)
+		if err := c.kube.Patch(ctx, patched, client.MergeFrom(f)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	return c.finish(ctx, s, f, []stage{&bootstrapStage{c}, &applyStage{c}, &joinStage{c}, &initializationStage{c}})
+}
+
+func (c *FulfillmentController) gather(ctx context.Context, f *v1alpha1.Fulfillment) (*claimState, error) {
+	s := &claimState{f: f.DeepCopy()}
+	s.conds = s.f.StatusConditions(status.WithClock(c.clock))
+	claim := &karpv1.NodeClaim{}
+	switch err := c.kube.Get(ctx, client.ObjectKey{Name: f.Name}, claim); {
+	case err == nil:
+		s.claim = claim
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading nodeclaim: %w", err)
+	}
+	nc := &v1alpha1.TofuNodeClass{}
+	switch err := c.kube.Get(ctx, client.ObjectKey{Name: f.Spec.NodeClass}, nc); {
+	case err == nil:
+		s.nc = nc
+		s.nt, _ = nc.NodeType(f.Spec.NodeType)
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading nodeclass: %w", err)
+	}
+	if s.f.Status.Stages.ClaimCreated == nil && s.claim != nil {
+		s.f.Status.Stages.ClaimCreated = s.claim.CreationTimestamp.DeepCopy()
+	}
+	return s, nil
+}
+
+// finish runs the stages in order, then writes the status once and publishes the events of
+// what changed.
+func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig *v1alpha1.Fulfillment, stages []stage) (reconcile.Result, error) {
+	var result reconcile.Result
+	var errs []error
+	for _, st := range stages {
+		r, err := st.reconcile(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		result = mergeResults(result, r)
+	}
+	s.f.Status.Phase, s.f.Status.Reason, s.f.Status.Message = phase(s.f)
+	if !equality.Semantic.DeepEqual(orig.Status, s.f.Status) {
+		if err := c.kube.Status().Patch(ctx, s.f, client.MergeFrom(orig)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return reconcile.Result{}, nil
+			}
+			errs = append(errs, fmt.Errorf("writing status: %w", err))
+		} else {
+			c.recorder.Publish(s.events...)
+		}
+	}
+	if s.removeFinalizer {
+		patched := s.f.DeepCopy()
+		controllerutil.RemoveFinalizer(patched, FinalizerDestroy)
+		if err := c.kube.Patch(ctx, patched, client.MergeFrom(s.f)); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("removing finalizer: %w", err))
+		}
+	}
+	return result, errors.Join(errs...)
+}
+
+func mergeResults(a, b reconcile.Result) reconcile.Result {
+	if b.RequeueAfter > 0 && (a.RequeueAfter == 0 || b.RequeueAfter < a.RequeueAfter) {
+		a.RequeueAfter = b.RequeueAfter
+	}
+	return a
+}
+
+// deleteClaim asks Karpenter to replace the claim (it plans again and calls Delete).
+func (c *FulfillmentController) deleteClaim(ctx context.Context, s *claimState) error {
+	if s.claim == nil || !s.claim.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := c.kube.Delete(ctx, s.claim); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting nodeclaim: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package claims
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+// Drift annotations stamped on NodeClaims by Create and compared by IsDrifted.
+const (
+	AnnotationHash        = v1alpha1.Group + "/nodeclass-hash"
+	AnnotationHashVersion = v1alpha1.Group + "/nodeclass-hash-version"
+	// HashVersion changes when the hash's inputs change meaning, so old claims are not
+	// reported drifted by an upgrade of the fulfiller alone.
+	HashVersion = "v1"
+)
+
+// nodeHash is the hash of what a node of this type was made from: the module and its version,
+// the variables passed to it, bootstrap settings and the type's own definition. Offerings and
+// prices are left out: they change what Karpenter buys next, not what a running node is.
+func nodeHash(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) string {
+	in := struct {
+		Module    v1alpha1.ModuleSource
+		Backend   v1alpha1.Backend
+		Variables map[string]string
+		Bootstrap v1alpha1.BootstrapSpec
+		Type      v1alpha1.NodeType
+	}{nc.Spec.Module, nc.Spec.Backend, nc.Spec.Variables, nc.Spec.Bootstrap, *nt.DeepCopy()}
+	in.Type.Offerings = nil
+	data, _ := json.Marshal(in) // maps marshal with sorted keys: stable
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}

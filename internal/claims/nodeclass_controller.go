@@ -1,0 +1,130 @@
+package claims
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/clock"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// Reasons on a TofuNodeClass.
+const (
+	ReasonInvalidSpec    = "InvalidSpec"
+	ReasonModuleNotFound = "ModuleNotFound"
+	ReasonInvalidModule  = "InvalidModule"
+)
+
+// NodeClassController keeps a TofuNodeClass's Ready condition true only while the class can
+// launch nodes: a valid spec and a module that keeps the module contract, checked statically
+// so that a broken module is a condition here, not a failed node at 3 a.m.
+type NodeClassController struct {
+	kube     client.Client
+	clock    clock.Clock
+	recorder events.Recorder
+}
+
+func NewNodeClassController(kube client.Client, clk clock.Clock, recorder events.Recorder) *NodeClassController {
+	return &NodeClassController{kube: kube, clock: clk, recorder: recorder}
+}
+
+func (c *NodeClassController) Register(_ context.Context, m manager.Manager) error {
+	return controllerruntime.NewControllerManagedBy(m).
+		Named("nodeclass.status").
+		For(&v1alpha1.TofuNodeClass{}).
+		Complete(reconcile.AsReconciler(m.GetClient(), c))
+}
+
+func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNodeClass) (reconcile.Result, error) {
+	updated := nc.DeepCopy()
+	conds := updated.StatusConditions(status.WithClock(c.clock))
+	if err := validateSpec(&nc.Spec); err != nil {
+		conds.SetFalse(v1alpha1.ConditionSpecValid, ReasonInvalidSpec, err.Error())
+	} else {
+		conds.SetTrue(v1alpha1.ConditionSpecValid)
+	}
+	if reason, err := checkModule(nc.Spec.Module.Source); err != nil {
+		conds.SetFalse(v1alpha1.ConditionModuleValid, reason, err.Error())
+	} else {
+		conds.SetTrue(v1alpha1.ConditionModuleValid)
+	}
+	updated.Status.NodeTypeCount = len(nc.Spec.NodeTypes)
+	if equality.Semantic.DeepEqual(nc.Status, updated.Status) {
+		return reconcile.Result{}, nil
+	}
+	if err := c.kube.Status().Patch(ctx, updated, client.MergeFrom(nc)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("writing nodeclass status: %w", err)
+	}
+	before, after := nc.StatusConditions().Root(), conds.Root()
+	if before == nil || before.Status != after.Status || before.Reason != after.Reason {
+		c.recorder.Publish(nodeClassEvent(updated, after.IsTrue(), after.Reason, after.Message))
+	}
+	return reconcile.Result{}, nil
+}
+
+// validateSpec checks what the CRD schema cannot: prices, capacities, unique zones.
+func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
+	var errs []error
+	for _, nt := range spec.NodeTypes {
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := nt.Capacity[r]; !ok || q.Sign() <= 0 {
+				errs = append(errs, fmt.Errorf("node type %s: capacity.%s must be set and positive", nt.Name, r))
+			}
+		}
+		seen := map[string]bool{}
+		for _, o := range nt.Offerings {
+			key := o.Zone + "/" + o.CapacityType
+			if seen[key] {
+				errs = append(errs, fmt.Errorf("node type %s: offering %s listed twice", nt.Name, key))
+			}
+			seen[key] = true
+			if _, err := strconv.ParseFloat(o.Price, 64); err != nil {
+				errs = append(errs, fmt.Errorf("node type %s: offering %s: price %q is not a number", nt.Name, o.Zone, o.Price))
+			}
+		}
+		if nt.JoinTimeout != nil && nt.JoinTimeout.Duration <= 0 {
+			errs = append(errs, fmt.Errorf("node type %s: joinTimeout must be positive", nt.Name))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// checkModule reads the module's HCL and checks the module contract.
+func checkModule(source string) (string, error) {
+	if !filepath.IsAbs(source) {
+		return ReasonModuleNotFound, fmt.Errorf("module source %q must be an absolute path", source)
+	}
+	if info, err := os.Stat(source); err != nil || !info.IsDir() {
+		return ReasonModuleNotFound, fmt.Errorf("module source %s is not a folder", source)
+	}
+	mod, err := tfrunner.InspectModule(source)
+	if err != nil {
+		return ReasonInvalidModule, err
+	}
+	if err := mod.CheckContract(); err != nil {
+		return ReasonInvalidModule, err
+	}
+	return "", nil
+}

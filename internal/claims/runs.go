@@ -1,0 +1,144 @@
+package claims
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// maxRuns bounds the run history kept in a Fulfillment's status.
+const maxRuns = 10
+
+// lastRun returns the newest run of an operation.
+func lastRun(f *v1alpha1.Fulfillment, op tfrunner.Operation) *v1alpha1.Run {
+	for i := len(f.Status.Runs) - 1; i >= 0; i-- {
+		if f.Status.Runs[i].Operation == string(op) {
+			return &f.Status.Runs[i]
+		}
+	}
+	return nil
+}
+
+func runCount(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
+	n := 0
+	for _, r := range f.Status.Runs {
+		if r.Operation == string(op) {
+			n = max(n, r.Attempt)
+		}
+	}
+	return n
+}
+
+func runName(f *v1alpha1.Fulfillment, op tfrunner.Operation, attempt int) string {
+	return fmt.Sprintf("%s-%s-%d", f.Name, op, attempt)
+}
+
+func (c *FulfillmentController) addRun(f *v1alpha1.Fulfillment, op tfrunner.Operation, attempt int) *v1alpha1.Run {
+	now := metav1.NewTime(c.clock.Now())
+	f.Status.Runs = append(f.Status.Runs, v1alpha1.Run{
+		Name: runName(f, op, attempt), Operation: string(op), Attempt: attempt,
+		Phase: v1alpha1.RunRunning, StartTime: &now,
+	})
+	if len(f.Status.Runs) > maxRuns {
+		f.Status.Runs = f.Status.Runs[len(f.Status.Runs)-maxRuns:]
+	}
+	f.Status.CurrentRun = f.Status.Runs[len(f.Status.Runs)-1].Name
+	return &f.Status.Runs[len(f.Status.Runs)-1]
+}
+
+// finishRun records a finished run from the executor's status.
+func (c *FulfillmentController) finishRun(run *v1alpha1.Run, st tfrunner.RunStatus) {
+	now := metav1.NewTime(c.clock.Now())
+	if st.Result != nil && !st.Result.Finished.IsZero() {
+		now = metav1.NewTime(st.Result.Finished)
+	}
+	run.CompletionTime = &now
+	run.Phase = v1alpha1.RunSucceeded
+	if st.Result == nil || !st.Result.Succeeded {
+		run.Phase = v1alpha1.RunFailed
+		run.ErrorClass, run.Message = string(tfrunner.Unknown), "run failed without a result"
+		if st.Result != nil && st.Result.Error != nil {
+			run.ErrorClass, run.Message = string(st.Result.Error.Class), st.Result.Error.Message
+		}
+	}
+}
+
+// backoff is the wait before attempt n+1 after n failed attempts.
+func (c *FulfillmentController) backoff(attempts int) time.Duration {
+	d := c.opts.RetryBackoff << max(attempts-1, 0)
+	return min(d, 5*time.Minute)
+}
+
+// retryWait is how long to wait before the next attempt, 0 when it may start now.
+func (c *FulfillmentController) retryWait(run *v1alpha1.Run, attempts int) time.Duration {
+	if run == nil || run.Phase != v1alpha1.RunFailed || run.CompletionTime == nil {
+		return 0
+	}
+	return max(run.CompletionTime.Add(c.backoff(attempts)).Sub(c.clock.Now()), 0)
+}
+
+// request builds the runner request of one operation of a claim.
+func (c *FulfillmentController) request(ctx context.Context, s *claimState, op tfrunner.Operation, attempt int) (tfrunner.Request, error) {
+	userData := ""
+	if s.f.Status.UserDataSecret != "" {
+		secret := &corev1.Secret{}
+		err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.opts.Namespace, Name: s.f.Status.UserDataSecret}, secret)
+		switch {
+		case err == nil:
+			userData = string(secret.Data[UserDataKey])
+		case !apierrors.IsNotFound(err) || op == tfrunner.Apply:
+			return tfrunner.Request{}, fmt.Errorf("reading user data: %w", err)
+		}
+	}
+	params := map[string]string{}
+	labels := map[string]string{}
+	namespace := c.opts.Namespace
+	if s.nc != nil {
+		maps.Copy(params, s.nc.Spec.Variables)
+		if s.nc.Spec.Backend.Namespace != "" {
+			namespace = s.nc.Spec.Backend.Namespace
+		}
+	}
+	if s.nt != nil {
+		maps.Copy(params, s.nt.Variables)
+		labels = nodeLabels(s.nt, s.f)
+	}
+	return tfrunner.Request{
+		Name:      runName(s.f, op, attempt),
+		Operation: op,
+		ModuleDir: s.f.Spec.Module,
+		Backend: tfrunner.Backend{
+			Type:   string(v1alpha1.BackendKubernetes),
+			Config: statelock.KubernetesBackend(statelock.Key(s.f.Spec.StateKey), namespace, c.opts.InCluster),
+		},
+		Variables: map[string]any{
+			tfrunner.VarNodeName:   s.f.Spec.NodeName,
+			tfrunner.VarNodeType:   s.f.Spec.NodeType,
+			tfrunner.VarZone:       s.f.Spec.Zone,
+			tfrunner.VarUserData:   userData,
+			tfrunner.VarLabels:     labels,
+			tfrunner.VarParameters: params,
+		},
+		Env:         maps.Clone(c.opts.RunEnv),
+		TofuPath:    c.opts.TofuPath,
+		LockTimeout: 30 * time.Second,
+	}, nil
+}
+
+// stateNamespace is where the claim's state lives.
+func (c *FulfillmentController) stateNamespace(s *claimState) string {
+	if s.nc != nil && s.nc.Spec.Backend.Namespace != "" {
+		return s.nc.Spec.Backend.Namespace
+	}
+	return c.opts.Namespace
+}

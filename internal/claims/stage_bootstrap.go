@@ -1,0 +1,137 @@
+package claims
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+)
+
+const (
+	// UserDataKey is the key of the user data in its Secret.
+	UserDataKey = "user-data"
+	// annotationTokenID records which token a user data Secret carries.
+	annotationTokenID = v1alpha1.Group + "/token-id"
+	// DefaultTokenTTL applies when a NodeClass sets none.
+	DefaultTokenTTL = 30 * time.Minute
+)
+
+// bootstrapStage mints the claim's bootstrap token and renders its user data, once: the same
+// user data is passed to every apply of the claim (on Hetzner a change would replace the
+// server).
+type bootstrapStage struct{ c *FulfillmentController }
+
+func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
+	if s.f.Status.UserDataSecret != "" || s.conds.IsTrue(v1alpha1.ConditionApplied) {
+		return reconcile.Result{}, nil
+	}
+	if s.nc == nil || s.nt == nil {
+		s.conds.SetFalse(v1alpha1.ConditionApplied, "NodeClassNotFound", fmt.Sprintf("nodeclass %s or its node type %s is gone", s.f.Spec.NodeClass, s.f.Spec.NodeType))
+		return reconcile.Result{}, nil
+	}
+	name := userDataSecretName(s.f)
+	existing := &corev1.Secret{}
+	err := b.c.secrets.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: name}, existing)
+	if err == nil {
+		s.f.Status.UserDataSecret, s.f.Status.TokenID = name, existing.Annotations[annotationTokenID]
+		return reconcile.Result{}, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("reading user data secret: %w", err)
+	}
+	ca := &corev1.ConfigMap{}
+	if err := b.c.secrets.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: "kube-root-ca.crt"}, ca); err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading the cluster CA: %w", err)
+	}
+	caHash, err := bootstrap.CACertHash([]byte(ca.Data["ca.crt"]))
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("hashing the cluster CA: %w", err)
+	}
+	tok, err := bootstrap.NewToken()
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	ttl := DefaultTokenTTL
+	if d := s.nc.Spec.Bootstrap.TokenTTL.Duration; d > 0 {
+		ttl = d
+	}
+	labels := map[string]string{LabelNodeClaim: s.f.Name}
+	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
+		Expires:     b.c.clock.Now().Add(ttl),
+		Description: "fulfiller join token of nodeclaim " + s.f.Name,
+		Labels:      labels,
+	})
+	if err := b.c.kube.Create(ctx, tokenSecret); err != nil {
+		return reconcile.Result{}, fmt.Errorf("creating bootstrap token: %w", err)
+	}
+	userData, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
+		APIServerEndpoint: s.nc.Spec.Bootstrap.APIServerEndpoint,
+		Token:             tok,
+		CACertHash:        caHash,
+		NodeName:          s.f.Spec.NodeName,
+		ProviderID:        s.f.Spec.ProviderID,
+		Labels:            kubeletLabels(nodeLabels(s.nt, s.f)),
+		Taints:            []corev1.Taint{karpv1.UnregisteredNoExecuteTaint},
+		CRISocket:         s.nc.Spec.Bootstrap.CRISocket,
+	})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: b.c.opts.Namespace, Name: name, Labels: labels,
+			Annotations: map[string]string{annotationTokenID: tok.ID},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{UserDataKey: userData},
+	}
+	if err := b.c.kube.Create(ctx, secret); err != nil {
+		return reconcile.Result{}, fmt.Errorf("creating user data secret: %w", err)
+	}
+	s.f.Status.UserDataSecret, s.f.Status.TokenID = name, tok.ID
+	return reconcile.Result{}, nil
+}
+
+func userDataSecretName(f *v1alpha1.Fulfillment) string { return f.Name + "-userdata" }
+
+// kubeletLabels keeps the labels a kubelet may set on its own Node under NodeRestriction;
+// Karpenter syncs the others at registration.
+func kubeletLabels(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if kubeletMaySet(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func kubeletMaySet(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return true
+	}
+	restricted := prefix == "kubernetes.io" || strings.HasSuffix(prefix, ".kubernetes.io") ||
+		prefix == "k8s.io" || strings.HasSuffix(prefix, ".k8s.io")
+	if !restricted {
+		return true
+	}
+	switch key {
+	case corev1.LabelHostname, corev1.LabelTopologyZone, corev1.LabelTopologyRegion, corev1.LabelInstanceTypeStable,
+		corev1.LabelOSStable, corev1.LabelArchStable, corev1.LabelFailureDomainBetaZone, corev1.LabelFailureDomainBetaRegion,
+		corev1.LabelInstanceType, corev1.LabelWindowsBuild:
+		return true
+	}
+	return prefix == "kubelet.kubernetes.io" || prefix == "node.kubernetes.io" ||
+		strings.HasSuffix(prefix, ".kubelet.kubernetes.io") || strings.HasSuffix(prefix, ".node.kubernetes.io")
+}

@@ -1,0 +1,73 @@
+package claims
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+// ReasonJoinTimeout: the machine was created but its Node never registered.
+const ReasonJoinTimeout = "JoinTimeout"
+
+// DefaultJoinTimeout applies when a node type sets none.
+const DefaultJoinTimeout = 10 * time.Minute
+
+// nodeProviderIDField is the Node index Karpenter's operator registers.
+const nodeProviderIDField = "spec.providerID"
+
+// joinStage waits for the Node with the claim's provider ID, revokes the bootstrap token as
+// soon as it is there, and gives up after the node type's join timeout.
+type joinStage struct{ c *FulfillmentController }
+
+func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
+	joined := s.conds.Get(v1alpha1.ConditionJoined)
+	if !s.conds.IsTrue(v1alpha1.ConditionApplied) || s.conds.IsTrue(v1alpha1.ConditionJoined) || (joined != nil && joined.IsFalse()) {
+		return reconcile.Result{}, nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := j.c.kube.List(ctx, nodes, client.MatchingFields{nodeProviderIDField: s.f.Status.ProviderID}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodes by provider id: %w", err)
+	}
+	if len(nodes.Items) > 0 {
+		node := &nodes.Items[0]
+		if err := j.c.revokeTokens(ctx, s.f.Name); err != nil {
+			return reconcile.Result{}, err
+		}
+		s.f.Status.NodeName = node.Name
+		registered := node.CreationTimestamp
+		s.f.Status.Stages.Registered = &registered
+		s.conds.SetTrueWithReason(v1alpha1.ConditionJoined, "Joined", "node "+node.Name+" registered")
+		s.events = append(s.events, joinedEvent(s.f, node.Name))
+		return reconcile.Result{}, nil
+	}
+	timeout := DefaultJoinTimeout
+	if s.nt != nil && s.nt.JoinTimeout != nil {
+		timeout = s.nt.JoinTimeout.Duration
+	}
+	waited := j.c.clock.Since(s.f.Status.Stages.Applied.Time)
+	if waited >= timeout {
+		msg := fmt.Sprintf("no node registered with provider id %s within %s of the apply", s.f.Status.ProviderID, timeout)
+		s.conds.SetFalse(v1alpha1.ConditionJoined, ReasonJoinTimeout, msg)
+		s.events = append(s.events, joinTimeoutEvent(s.f, msg))
+		return reconcile.Result{}, j.c.deleteClaim(ctx, s)
+	}
+	s.conds.SetUnknownWithReason(v1alpha1.ConditionJoined, "AwaitingNode", "machine created, waiting for its node to register")
+	return reconcile.Result{RequeueAfter: min(5*time.Second, timeout-waited)}, nil
+}
+
+// revokeTokens deletes the claim's bootstrap token Secrets: once the node registered, nobody
+// may join with them again.
+func (c *FulfillmentController) revokeTokens(ctx context.Context, claim string) error {
+	err := c.kube.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace("kube-system"),
+		client.MatchingLabels{LabelNodeClaim: claim}, client.MatchingFields{"type": "bootstrap.kubernetes.io/token"})
+	if err != nil {
+		return fmt.Errorf("revoking bootstrap tokens: %w", err)
+	}
+	return nil
+}

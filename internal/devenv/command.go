@@ -1,0 +1,59 @@
+package devenv
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+const usage = `usage: fulfiller dev <up|down|demo> --dir DIR
+
+  up     start the local environment in the background: a control plane, the controller
+         (Karpenter + fulfiller, local executor) and simulated machines; writes DIR/kubeconfig
+  down   stop it and everything it started
+  demo   up, then pending pods get nodes, stage timings, scale to zero, consolidation, down
+`
+
+// Main implements `fulfiller dev`.
+func Main(args []string) int {
+	if len(args) < 1 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	fs := flag.NewFlagSet("dev "+args[0], flag.ContinueOnError)
+	dir := fs.String("dir", ".dev", "folder of the environment")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long up waits for the environment")
+	examples := fs.String("examples", "examples/local", "folder of the example manifests (demo)")
+	modules := fs.String("modules", "modules", "folder of the node-type modules (demo)")
+	keep := fs.Bool("keep", false, "leave the environment running after the demo")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "up":
+		if err = Up(*dir, *timeout); err == nil {
+			fmt.Printf("environment ready: export KUBECONFIG=%s\n", Layout{*dir}.Kubeconfig())
+		}
+	case "down":
+		err = Down(*dir, time.Minute)
+	case "serve":
+		err = Serve(*dir)
+	case "demo":
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		err = Demo(ctx, DemoOptions{Dir: *dir, Examples: *examples, Modules: *modules, Keep: *keep, Out: os.Stdout})
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fulfiller dev:", err)
+		return 1
+	}
+	return 0
+}

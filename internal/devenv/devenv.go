@@ -1,0 +1,359 @@
+// Package devenv is the local environment: a real control plane, the fulfiller controller
+// (Karpenter core inside) with the local executor, and simulated machines — started in the
+// background by `fulfiller dev up` and stopped by `fulfiller dev down`.
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fulfiller-sh/fulfiller/internal/sim"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+)
+
+// Namespace is where the controller keeps states, user data and runs.
+const Namespace = "fulfiller"
+
+// Layout of an environment folder.
+type Layout struct{ Dir string }
+
+func (l Layout) Kubeconfig() string    { return filepath.Join(l.Dir, "kubeconfig") }
+func (l Layout) Cluster() string       { return filepath.Join(l.Dir, "cluster") }
+func (l Layout) Runs() string          { return filepath.Join(l.Dir, "runs") }
+func (l Layout) Machines() string      { return filepath.Join(l.Dir, "machines") }
+func (l Layout) Log() string           { return filepath.Join(l.Dir, "dev.log") }
+func (l Layout) ControllerLog() string { return filepath.Join(l.Dir, "controller.log") }
+func (l Layout) PIDFile() string       { return filepath.Join(l.Dir, "dev.pid") }
+func (l Layout) ControllerPID() string { return filepath.Join(l.Dir, "controller.pid") }
+func (l Layout) ReadyFile() string     { return filepath.Join(l.Dir, "ready") }
+func (l Layout) ServerFile() string    { return filepath.Join(l.Dir, "apiserver") }
+
+// Up starts the environment in the background and returns once the controller is ready.
+func Up(dir string, timeout time.Duration) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	l := Layout{dir}
+	if pid, ok := alive(l.PIDFile()); ok {
+		if _, err := os.Stat(l.ReadyFile()); err == nil {
+			return nil
+		}
+		return fmt.Errorf("an environment (pid %d) is starting in %s", pid, dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	os.Remove(l.ReadyFile())
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(l.Log(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "dev", "serve", "--dir", dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the environment: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(timeout)
+	for {
+		if _, err := os.Stat(l.ReadyFile()); err == nil {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the environment exited while starting (%v); see %s:\n%s", err, l.Log(), tail(l.Log(), 3000))
+		case <-deadline:
+			return fmt.Errorf("the environment was not ready after %s; see %s", timeout, l.Log())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Down stops the environment and waits until every process of it is gone.
+func Down(dir string, timeout time.Duration) error {
+	l := Layout{dir}
+	pid, ok := alive(l.PIDFile())
+	if !ok {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if !processAlive(pid) {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return fmt.Errorf("the environment (pid %d) did not stop within %s and was killed", pid, timeout)
+}
+
+// Serve runs the environment in the foreground until SIGTERM or SIGINT: the control plane,
+// the controller (restarted if it exits, as a Deployment would) and, on the way out, every
+// simulated machine and runner it started.
+func Serve(dir string) error {
+	l := Layout{dir}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := os.WriteFile(l.PIDFile(), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(l.PIDFile())
+	defer os.Remove(l.ReadyFile())
+	for _, d := range []string{l.Runs(), l.Machines()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	cp, err := testenv.Start(ctx, testenv.Options{Dir: l.Cluster(), CRDs: testenv.DefaultCRDs()})
+	if err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
+	}
+	defer func() {
+		stopMachines(l)
+		stopRuns(l)
+		if err := cp.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}()
+	fmt.Printf("control plane ready at %s after %s\n", cp.Server, time.Since(start).Round(time.Millisecond))
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(l.Kubeconfig(), kubeconfig, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(l.ServerFile(), []byte(strings.TrimPrefix(cp.Server, "https://")), 0o600); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	}
+	ctrl := &controller{layout: l}
+	if err := ctrl.start(); err != nil {
+		return err
+	}
+	defer ctrl.stop()
+	if err := ctrl.waitReady(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	fmt.Printf("controller ready after %s\n", time.Since(start).Round(time.Millisecond))
+	if err := os.WriteFile(l.ReadyFile(), nil, 0o600); err != nil {
+		return err
+	}
+	ctrl.supervise(ctx)
+	fmt.Println("stopping")
+	return nil
+}
+
+// controller is the fulfiller controller process, supervised like a Deployment's pod.
+type controller struct {
+	layout     Layout
+	cmd        *exec.Cmd
+	done       chan struct{}
+	healthPort int
+}
+
+func (c *controller) start() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	tofu, err := testenv.Tool("tofu")
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	c.healthPort = ports[1]
+	logf, err := os.OpenFile(c.layout.ControllerLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "controller")
+	cmd.Env = append(os.Environ(),
+		"KUBECONFIG="+c.layout.Kubeconfig(),
+		"FULFILLER_NAMESPACE="+Namespace,
+		"FULFILLER_RUNS_DIR="+c.layout.Runs(),
+		"FULFILLER_TOFU="+tofu,
+		"FULFILLER_RUNNER_KUBECONFIG="+c.layout.Kubeconfig(),
+		"DISABLE_LEADER_ELECTION=true",
+		"METRICS_PORT="+strconv.Itoa(ports[0]),
+		"HEALTH_PROBE_PORT="+strconv.Itoa(ports[1]),
+		"LOG_LEVEL=info",
+	)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting the controller: %w", err)
+	}
+	c.cmd, c.done = cmd, make(chan struct{})
+	_ = os.WriteFile(c.layout.ControllerPID(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(c.done)
+	}()
+	return nil
+}
+
+func (c *controller) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", c.healthPort)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("the controller exited while starting; see %s:\n%s", c.layout.ControllerLog(), tail(c.layout.ControllerLog(), 3000))
+		case <-deadline:
+			return fmt.Errorf("the controller was not ready after %s; see %s", timeout, c.layout.ControllerLog())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// supervise restarts the controller whenever it exits, until ctx is done.
+func (c *controller) supervise(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			fmt.Println("controller exited; restarting it")
+			if err := c.start(); err != nil {
+				fmt.Fprintln(os.Stderr, "restarting the controller:", err)
+				return
+			}
+		}
+	}
+}
+
+func (c *controller) stop() {
+	if c.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.done
+	}
+	os.Remove(c.layout.ControllerPID())
+}
+
+// stopMachines stops every simulated machine of the environment.
+func stopMachines(l Layout) {
+	entries, _ := os.ReadDir(l.Machines())
+	for _, e := range entries {
+		if e.IsDir() {
+			_ = sim.Stop(filepath.Join(l.Machines(), e.Name()), 10*time.Second)
+		}
+	}
+}
+
+// stopRuns kills runners still in progress (their whole sessions).
+func stopRuns(l Layout) {
+	entries, _ := os.ReadDir(l.Runs())
+	for _, e := range entries {
+		if pid, ok := alive(filepath.Join(l.Runs(), e.Name(), "pid")); ok {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func alive(pidFile string) (int, bool) {
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(data) + " 0")[0])
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, processAlive(pid)
+}
+
+func processAlive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie has exited; only its parent has not reaped it yet.
+	fields := strings.Fields(string(data))
+	return len(fields) < 3 || fields[2] != "Z"
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(data) > n {
+		data = data[len(data)-n:]
+	}
+	return string(data)
+}

@@ -1,0 +1,55 @@
+// Package operator assembles the controller: Karpenter core, as its kwok provider does, with
+// the fulfiller's CloudProvider (decorated once with core's metrics) and controllers.
+package operator
+
+import (
+	"os/exec"
+
+	"github.com/samber/lo"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
+	"sigs.k8s.io/karpenter/pkg/controllers"
+	"sigs.k8s.io/karpenter/pkg/controllers/node/health"
+	"sigs.k8s.io/karpenter/pkg/controllers/state"
+	"sigs.k8s.io/karpenter/pkg/operator"
+
+	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// Run starts the controller and blocks. Flags come from the process's command line (the
+// caller strips its own sub-command first).
+func Run() {
+	ctx, op := operator.NewOperator()
+	opts := FromContext(ctx)
+	tofu := opts.TofuPath
+	if path, err := exec.LookPath(tofu); err == nil {
+		tofu = path
+	}
+	runEnv := map[string]string{}
+	if opts.RunnerKubeconfig != "" {
+		// The kubernetes backend reads KUBE_CONFIG_PATH; provisioners read KUBECONFIG.
+		runEnv["KUBE_CONFIG_PATH"] = opts.RunnerKubeconfig
+		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
+	}
+	executor := &tfrunner.LocalExecutor{Dir: opts.RunsDir, MaxConcurrent: opts.MaxConcurrentRuns}
+	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
+
+	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable)
+	cloudProvider := metrics.Decorate(provider)
+	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
+	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
+
+	op.
+		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
+			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
+		WithControllers(ctx,
+			claims.NewNodeClassController(op.GetClient(), op.Clock, op.EventRecorder),
+			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
+				Namespace: opts.Namespace,
+				TofuPath:  tofu,
+				RunEnv:    runEnv,
+				InCluster: opts.RunnerKubeconfig == "",
+			}),
+		).
+		Start(ctx)
+}

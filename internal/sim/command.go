@@ -1,0 +1,206 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// DefaultStopGrace is how long `sim stop` waits after SIGTERM before SIGKILL.
+const DefaultStopGrace = 10 * time.Second
+
+const usage = `usage: fulfiller sim <command> [flags]
+
+Simulated machines, the stand-in for VMs and servers in tests and the local environment.
+
+commands:
+  start --state-dir DIR --name NAME --user-data FILE [flags]
+                    power a machine on in the background (idempotent)
+  run --config FILE run a machine in the foreground until SIGTERM
+  stop --state-dir DIR
+                    power a machine off (idempotent)
+`
+
+// Main runs the `fulfiller sim` command; args are what follows "sim". It returns the exit code.
+func Main(args []string) int {
+	return mainTo(args, os.Stdout, os.Stderr)
+}
+
+func mainTo(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "start":
+		err = startCommand(args[1:], stderr)
+	case "run":
+		err = runCommand(args[1:], stdout, stderr)
+	case "stop":
+		err = stopCommand(args[1:], stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "fulfiller sim: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "fulfiller sim %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+var errUsage = errors.New("usage")
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("fulfiller sim "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return errUsage
+	}
+	return nil
+}
+
+func startCommand(args []string, stderr io.Writer) error {
+	fs := newFlagSet("start", stderr)
+	stateDir := fs.String("state-dir", "", "folder of the machine's state: config, log, pid, kubelet credentials (required)")
+	name := fs.String("name", "", "machine name, also the hostname (required)")
+	userData := fs.String("user-data", "", "file holding the cloud-init user data (required)")
+	cpu := fs.String("cpu", "2", "CPU capacity")
+	memory := fs.String("memory", "4Gi", "memory capacity")
+	pods := fs.String("pods", "110", "pod capacity")
+	storage := fs.String("ephemeral-storage", "20Gi", "ephemeral-storage capacity")
+	gpuResource := fs.String("gpu-resource", "", "extended resource name of the GPUs, e.g. nvidia.com/gpu")
+	gpuCount := fs.String("gpu-count", "0", "number of GPUs")
+	bootDelay := fs.Duration("boot-delay", 0, "time from power-on to cloud-init")
+	heartbeat := fs.Duration("heartbeat-interval", DefaultHeartbeatInterval, "Lease renewal interval")
+	neverJoin := fs.Bool("never-join", false, "boot but never join the cluster")
+	address := fs.String("address", "127.0.0.1", "InternalIP the Node reports")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var missing []string
+	for _, f := range []struct{ name, value string }{{"state-dir", *stateDir}, {"name", *name}, {"user-data", *userData}} {
+		if f.value == "" {
+			missing = append(missing, "--"+f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s", strings.Join(missing, ", "))
+	}
+	capacity := corev1.ResourceList{}
+	for res, v := range map[corev1.ResourceName]string{
+		corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *memory, corev1.ResourcePods: *pods, corev1.ResourceEphemeralStorage: *storage,
+	} {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return fmt.Errorf("%s capacity %q: %w", res, v, err)
+		}
+		capacity[res] = q
+	}
+	if *gpuResource != "" {
+		q, err := resource.ParseQuantity(*gpuCount)
+		if err != nil {
+			return fmt.Errorf("--gpu-count %q: %w", *gpuCount, err)
+		}
+		capacity[corev1.ResourceName(*gpuResource)] = q
+	}
+	userDataPath, err := filepath.Abs(*userData)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(userDataPath); err != nil {
+		return fmt.Errorf("user data: %w", err)
+	}
+	cfg := MachineConfig{
+		Name:              *name,
+		UserDataPath:      userDataPath,
+		Capacity:          capacity,
+		BootDelay:         *bootDelay,
+		NeverJoin:         *neverJoin,
+		HeartbeatInterval: *heartbeat,
+		StateDir:          *stateDir,
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: *address},
+			{Type: corev1.NodeHostName, Address: *name},
+		},
+	}
+	if err := Start(cfg, nil); err != nil {
+		return err
+	}
+	pid, _ := Running(*stateDir)
+	fmt.Fprintf(stderr, "machine %s running (pid %d), log: %s\n", *name, pid, filepath.Join(cfg.StateDir, LogFile))
+	return nil
+}
+
+// runCommand runs a machine in the foreground. A machine whose join failed stays powered on,
+// as a real server would, until it is stopped; the failure is in its log.
+func runCommand(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", stderr)
+	configPath := fs.String("config", "", "machine config written by start (required)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *configPath == "" {
+		return errors.New("missing --config")
+	}
+	data, err := os.ReadFile(*configPath)
+	if err != nil {
+		return err
+	}
+	var cfg MachineConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("parsing %s: %w", *configPath, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := RunMachine(ctx, cfg, stdout); err != nil {
+		fmt.Fprintf(stdout, "%s machine %s: join failed, staying powered on without a kubelet until stopped\n", time.Now().UTC().Format(time.RFC3339Nano), cfg.Name)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func stopCommand(args []string, stderr io.Writer) error {
+	fs := newFlagSet("stop", stderr)
+	stateDir := fs.String("state-dir", "", "folder of the machine's state (required)")
+	grace := fs.Duration("grace", DefaultStopGrace, "wait after SIGTERM before SIGKILL")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *stateDir == "" {
+		return errors.New("missing --state-dir")
+	}
+	return Stop(*stateDir, *grace)
+}

@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Files in a machine's state dir.
+const (
+	ConfigFile = "machine.json"
+	LogFile    = "machine.log"
+	PIDFile    = "pid"
+	lockFile   = "lock"
+)
+
+// Start powers a machine on as a detached background process, so that a short-lived caller
+// (tofu's local-exec) can leave it running: it writes cfg to <StateDir>/machine.json and runs
+// `binary... run --config <StateDir>/machine.json` in its own session, output appended to
+// <StateDir>/machine.log and its pid in <StateDir>/pid. binary is the `fulfiller sim` command
+// line; empty means this executable followed by "sim". Start returns as soon as the process
+// runs, and does nothing when a machine with this state dir is running already.
+func Start(cfg MachineConfig, binary []string) error {
+	if cfg.StateDir == "" {
+		return errors.New("starting machine: state dir is empty")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("starting machine: %w", err)
+	}
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("starting machine: %w", err)
+	}
+	cfg.StateDir = stateDir
+	if len(binary) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("starting machine: finding this executable: %w", err)
+		}
+		binary = []string{exe, "sim"}
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("starting machine: creating state dir: %w", err)
+	}
+	unlock, err := lockStateDir(stateDir)
+	if err != nil {
+		return fmt.Errorf("starting machine: %w", err)
+	}
+	defer unlock()
+	if _, ok := runningPID(stateDir); ok {
+		return nil
+	}
+
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("starting machine: encoding config: %w", err)
+	}
+	configPath := filepath.Join(stateDir, ConfigFile)
+	if err := writeFileAtomic(configPath, data); err != nil {
+		return fmt.Errorf("starting machine: writing config: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(stateDir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("starting machine: opening log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(binary[0], append(binary[1:], "run", "--config", configPath)...)
+	cmd.Dir = stateDir
+	cmd.Stdout, cmd.Stderr = logf, logf // stdin is /dev/null; no other descriptor is inherited
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting machine: %w", err)
+	}
+	// Reap the process if this caller outlives it; a short-lived caller leaves it to init.
+	go func() { _ = cmd.Wait() }()
+	if err := writeFileAtomic(filepath.Join(stateDir, PIDFile), []byte(strconv.Itoa(cmd.Process.Pid)+"\n")); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return fmt.Errorf("starting machine: writing pid file: %w", err)
+	}
+	return nil
+}
+
+// Stop powers off the machine running with stateDir: SIGTERM to its process group, SIGKILL
+// after grace. It removes the pid file and does nothing when no machine runs.
+func Stop(stateDir string, grace time.Duration) error {
+	stateDir, err := filepath.Abs(stateDir)
+	if err != nil {
+		return fmt.Errorf("stopping machine: %w", err)
+	}
+	if _, err := os.Stat(stateDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	unlock, err := lockStateDir(stateDir)
+	if err != nil {
+		return fmt.Errorf("stopping machine: %w", err)
+	}
+	defer unlock()
+	removePID := func() error {
+		if err := os.Remove(filepath.Join(stateDir, PIDFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("stopping machine: %w", err)
+		}
+		return nil
+	}
+	pid, ok := runningPID(stateDir)
+	if !ok {
+		return removePID()
+	}
+	gone := func() bool { _, ok := runningPID(stateDir); return !ok }
+	// Setsid made the machine a process group leader: signal everything it started.
+	signal := func(sig syscall.Signal) {
+		if err := syscall.Kill(-pid, sig); errors.Is(err, syscall.ESRCH) {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+	signal(syscall.SIGTERM)
+	if !waitUntil(gone, grace) {
+		signal(syscall.SIGKILL)
+		if !waitUntil(gone, 10*time.Second) {
+			return fmt.Errorf("stopping machine: process %d survives SIGKILL", pid)
+		}
+	}
+	return removePID()
+}
+
+// Running reports the pid of the machine running with stateDir, if any.
+func Running(stateDir string) (int, bool) {
+	stateDir, err := filepath.Abs(stateDir)
+	if err != nil {
+		return 0, false
+	}
+	return runningPID(stateDir)
+}
+
+// runningPID reads the pid file and checks the process is alive (not a zombie) and is the
+// machine of this state dir, not an unrelated process that reused the pid.
+func runningPID(stateDir string) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(stateDir, PIDFile))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The state follows the parenthesised command name: "pid (comm) S ...".
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return 0, false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(stateDir, ConfigFile)+"\x00")) {
+		return 0, false
+	}
+	return pid, true
+}
+
+// lockStateDir serialises Start and Stop on one state dir.
+func lockStateDir(stateDir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("locking state dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking state dir: %w", err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// waitUntil polls cond until it holds or d passes.
+func waitUntil(cond func() bool, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// TestStartStop runs a machine as a detached process of this test binary (acting as
+// `fulfiller sim`), sees its Node, and powers it off.
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const name = "sim-daemon"
+	tok := mintToken(ctx, t, time.Now().Add(10*time.Minute))
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	cfg := MachineConfig{
+		Name:              name,
+		UserDataPath:      writeUserData(t, dir, joinSpec(t, name, tok)),
+		Capacity:          testCapacity(),
+		HeartbeatInterval: time.Second,
+		StateDir:          stateDir,
+	}
+	t.Cleanup(func() { _ = Stop(stateDir, time.Second) })
+
+	if err := Start(cfg, nil); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	pid, ok := Running(stateDir)
+	if !ok {
+		t.Fatalf("no machine running after Start; log:\n%s", readLog(stateDir))
+	}
+	if err := Start(cfg, nil); err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	if again, _ := Running(stateDir); again != pid {
+		t.Errorf("second Start started pid %d next to %d", again, pid)
+	}
+	node := waitForNode(ctx, t, name, nodeReady)
+	if node.Spec.ProviderID != "sim://"+name {
+		t.Errorf("providerID = %q", node.Spec.ProviderID)
+	}
+
+	if err := Stop(stateDir, 5*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil
+	})
+	if err != nil {
+		t.Errorf("process %d still exists after Stop", pid)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, PIDFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pid file after Stop: %v", err)
+	}
+	if err := Stop(stateDir, time.Second); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	if _, err := admin(t).CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Node should stay after power-off: %v", err)
+	}
+	log := readLog(stateDir)
+	t.Logf("machine log:\n%s", log)
+	if !strings.Contains(log, "powered off") {
+		t.Errorf("the machine did not shut down on SIGTERM; log:\n%s", log)
+	}
+	if strings.Contains(log, tok.Secret) {
+		t.Errorf("the log shows the token secret:\n%s", log)
+	}
+}
+
+// TestStopWithoutMachine: stopping what never ran, or a state dir that is gone, is a no-op.
+func TestStopWithoutMachine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := Stop(filepath.Join(dir, "absent"), time.Second); err != nil {
+		t.Errorf("Stop of a missing state dir: %v", err)
+	}
+	// A stale pid file naming a process that is not this machine is not obeyed.
+	if err := os.WriteFile(filepath.Join(dir, PIDFile), []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Running(dir); ok {
+		t.Error("Running believes pid 1 is the machine")
+	}
+	if err := Stop(dir, time.Second); err != nil {
+		t.Errorf("Stop with a stale pid file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, PIDFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale pid file not removed: %v", err)
+	}
+}
+
+func TestMainUsage(t *testing.T) {
+	t.Parallel()
+	var out, errOut strings.Builder
+	if code := mainTo(nil, &out, &errOut); code != 2 {
+		t.Errorf("no command: exit %d, want 2", code)
+	}
+	if code := mainTo([]string{"start", "--name", "x"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "missing --state-dir, --user-data") {
+		t.Errorf("start without flags: exit %d, stderr %q", code, errOut.String())
+	}
+	if code := mainTo([]string{"frobnicate"}, &out, &errOut); code != 2 {
+		t.Errorf("unknown command: exit %d, want 2", code)
+	}
+}
+
+func readLog(stateDir string) string {
+	data, _ := os.ReadFile(filepath.Join(stateDir, LogFile))
+	return string(data)
+}

@@ -1,0 +1,233 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+)
+
+// Defaults of a MachineConfig.
+const (
+	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultDiscoveryTimeout is kubeadm's default timeouts.discovery.
+	DefaultDiscoveryTimeout = 5 * time.Minute
+	// DefaultPods is the kubelet's default maxPods.
+	DefaultPods = 110
+	// tlsBootstrapTimeout is kubeadm's default timeouts.tlsBootstrap.
+	tlsBootstrapTimeout = 5 * time.Minute
+	// statusEvery is how many heartbeats pass between two refreshes of the Node's status.
+	statusEvery = 4
+)
+
+// MachineConfig describes one simulated machine: what its module asked the "cloud" for.
+type MachineConfig struct {
+	// Name identifies the machine (its hostname, and the node name when the JoinConfiguration
+	// does not set one).
+	Name string `json:"name"`
+	// UserDataPath is the file holding the cloud-init user data the module received.
+	UserDataPath string `json:"userDataPath"`
+	// Capacity is what the Node reports as capacity and allocatable; pods defaults to 110.
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	// BootDelay is how long the machine takes from power-on to running cloud-init.
+	BootDelay time.Duration `json:"bootDelay,omitempty"`
+	// NeverJoin models a machine that boots but never joins (broken image, no route to the
+	// API server): it idles until powered off.
+	NeverJoin bool `json:"neverJoin,omitempty"`
+	// HeartbeatInterval is how often the kubelet renews its Lease (default 10s); the Node's
+	// status is refreshed every fourth heartbeat.
+	HeartbeatInterval time.Duration `json:"heartbeatInterval,omitempty"`
+	// DiscoveryTimeout bounds token discovery (kubeadm's timeouts.discovery, default 5m).
+	DiscoveryTimeout time.Duration `json:"discoveryTimeout,omitempty"`
+	// StateDir is the machine's disk: the kubelet keeps its client certificate there, so a
+	// restarted machine comes back as the same node without its (by then revoked) token.
+	// Optional for RunMachine; required by Start.
+	StateDir string `json:"stateDir,omitempty"`
+	// Addresses the Node reports; by default InternalIP 127.0.0.1 and its Hostname.
+	Addresses []corev1.NodeAddress `json:"addresses,omitempty"`
+}
+
+func (c MachineConfig) withDefaults() MachineConfig {
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.DiscoveryTimeout <= 0 {
+		c.DiscoveryTimeout = DefaultDiscoveryTimeout
+	}
+	return c
+}
+
+func (c MachineConfig) validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("machine name is empty"))
+	}
+	if c.UserDataPath == "" {
+		errs = append(errs, errors.New("user data path is empty"))
+	}
+	if c.BootDelay < 0 {
+		errs = append(errs, fmt.Errorf("boot delay %s is negative", c.BootDelay))
+	}
+	return errors.Join(errs...)
+}
+
+// RunMachine runs one simulated machine from power-on until ctx ends (power-off): it boots,
+// reads the user data its module received, joins the cluster the kubeadm way (token
+// discovery, TLS bootstrap), registers its Node as system:node:<name> and keeps it alive like
+// a kubelet. It returns nil when ctx ends, whatever the stage, and an error when the join
+// fails. Like a powered-off server it never deletes its Node. Progress goes to log; the token
+// never does.
+func RunMachine(ctx context.Context, cfg MachineConfig, log io.Writer) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid machine config: %w", err)
+	}
+	m := &machine{cfg: cfg, log: newProgress(log, cfg.Name)}
+	err := m.run(ctx)
+	if ctx.Err() != nil {
+		m.log.printf("powered off")
+		return nil
+	}
+	if err != nil {
+		m.log.printf("failed: %v", err)
+	}
+	return err
+}
+
+type machine struct {
+	cfg  MachineConfig
+	log  *progress
+	join *bootstrap.JoinConfiguration
+	// nodeName is nodeRegistration.name, or the hostname.
+	nodeName string
+	client   kubernetes.Interface
+	bootID   string
+}
+
+// run is the machine's life, one stage after the other.
+func (m *machine) run(ctx context.Context) error {
+	m.log.printf("powered on, booting (%s)", m.cfg.BootDelay)
+	if !sleep(ctx, m.cfg.BootDelay) {
+		return ctx.Err()
+	}
+	if err := m.readUserData(); err != nil {
+		return err
+	}
+	if m.cfg.NeverJoin {
+		m.log.printf("cloud-init ran, but this machine never joins: idling until powered off")
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	cfg, err := m.kubeletConfig(ctx)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "kubelet/" + KubeletVersion + " (linux/amd64) fulfiller-sim"
+	if m.client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("building node client: %w", err)
+	}
+	node, err := m.register(ctx)
+	if err != nil {
+		return err
+	}
+	return m.heartbeat(ctx, node)
+}
+
+// readUserData is cloud-init reading the user data and writing the JoinConfiguration.
+func (m *machine) readUserData() error {
+	data, err := os.ReadFile(m.cfg.UserDataPath)
+	if err != nil {
+		return fmt.Errorf("reading user data: %w", err)
+	}
+	join, err := bootstrap.ParseUserData(data)
+	if err != nil {
+		return fmt.Errorf("reading user data %s: %w", m.cfg.UserDataPath, err)
+	}
+	m.join = join
+	m.nodeName = join.NodeRegistration.Name
+	if m.nodeName == "" {
+		m.nodeName = m.cfg.Name
+	}
+	m.log.printf("cloud-init wrote the JoinConfiguration for node %s", m.nodeName)
+	return nil
+}
+
+// kubeletConfig returns the kubelet's client configuration: the one kept on disk from an
+// earlier boot, or a new one from `kubeadm join` (token discovery, then TLS bootstrap).
+func (m *machine) kubeletConfig(ctx context.Context) (*rest.Config, error) {
+	if cfg, err := m.loadKubeconfig(); err != nil {
+		m.log.printf("ignoring the kubelet kubeconfig on disk: %v", err)
+	} else if cfg != nil {
+		m.log.printf("kubelet found its client certificate on disk, not joining again")
+		return cfg, nil
+	}
+	bt := m.join.Discovery.BootstrapToken
+	tok, err := bootstrap.ParseToken(bt.Token)
+	if err != nil {
+		return nil, errors.New("kubeadm join: the discovery token in the JoinConfiguration is malformed")
+	}
+	m.log.printf("kubeadm join: discovering the cluster at %s with token %s", bt.APIServerEndpoint, tok.ID)
+	discoverCtx, cancel := context.WithTimeout(ctx, m.cfg.DiscoveryTimeout)
+	defer cancel()
+	server, caPEM, err := discover(discoverCtx, bt.APIServerEndpoint, tok, bt.CACertHashes, m.log)
+	if err != nil {
+		return nil, fmt.Errorf("kubeadm join: %w", err)
+	}
+	m.log.printf("kubeadm join: cluster CA verified against the pinned hash; TLS bootstrap as system:node:%s", m.nodeName)
+
+	tlsToken := tok.String()
+	if t := m.join.Discovery.TLSBootstrapToken; t != "" {
+		tlsToken = t
+	}
+	bootstrapCtx, cancel := context.WithTimeout(ctx, tlsBootstrapTimeout)
+	defer cancel()
+	creds, err := TLSBootstrap(bootstrapCtx, TokenConfig(server, caPEM, tlsToken), m.nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("kubeadm join: TLS bootstrap: %w", err)
+	}
+	m.log.printf("kubeadm join: client certificate for system:node:%s signed", m.nodeName)
+	if err := m.saveKubeconfig(server, caPEM, creds); err != nil {
+		return nil, err
+	}
+	return NodeConfig(server, caPEM, creds), nil
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// progress writes timestamped progress lines of one machine.
+type progress struct {
+	w    io.Writer
+	name string
+}
+
+func newProgress(w io.Writer, name string) *progress {
+	if w == nil {
+		w = io.Discard
+	}
+	return &progress{w: w, name: name}
+}
+
+func (p *progress) printf(format string, args ...any) {
+	fmt.Fprintf(p.w, "%s machine %s: %s\n", time.Now().UTC().Format(time.RFC3339Nano), p.name, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,152 @@
+package tfrunner
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// exitErr stands for what tfexec returns when tofu exits with status 1.
+var exitErr = errors.New("exit status 1")
+
+func readFixture(t *testing.T, name string) []Diagnostic {
+	t.Helper()
+	f, err := os.Open(filepath.Join(fixtureDir, name+".jsonl"))
+	if err != nil {
+		t.Fatalf("%v (capture fixtures with: go test ./internal/tfrunner -run TestCaptureFixtures -update)", err)
+	}
+	defer func() { _ = f.Close() }()
+	var diags []Diagnostic
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(nil, 1<<20)
+	for scanner.Scan() {
+		d, ok := parseDiagnostic(scanner.Bytes())
+		if !ok {
+			t.Fatalf("%s: not a diagnostic: %s", name, scanner.Text())
+		}
+		diags = append(diags, d)
+	}
+	if err := scanner.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return diags
+}
+
+// Real diagnostics captured from the pinned tofu (fixtures_test.go).
+func TestClassifyFixtures(t *testing.T) {
+	for fixture, want := range map[string]ErrorClass{
+		"state-locked":                    LockHeld,
+		"syntax-error":                    InvalidModule,
+		"undeclared-reference":            InvalidModule,
+		"unsupported-argument":            InvalidModule,
+		"required-variable":               InvalidModule,
+		"invalid-value":                   InvalidModule,
+		"local-exec-resource-unavailable": Capacity,
+		"local-exec-placement-error":      Capacity,
+		"local-exec-server-limit":         Quota,
+		"local-exec-resource-limit":       Quota,
+		"local-exec-unauthorized":         Credentials,
+		"local-exec-forbidden":            Credentials,
+		"local-exec-rate-limit":           Transient,
+		"local-exec-action-locked":        Transient,
+		"local-exec-api-timeout":          Transient,
+		"local-exec-service-unavailable":  Transient,
+		"local-exec-unexplained":          Unknown,
+	} {
+		t.Run(fixture, func(t *testing.T) {
+			diags := readFixture(t, fixture)
+			got := Classify(diags, exitErr)
+			if got == nil || got.Class != want {
+				t.Fatalf("Classify() = %v, want class %s", got, want)
+			}
+			if got.Message == "" || strings.Contains(got.Message, "\n") || len(got.Message) > maxMessageLen {
+				t.Errorf("message %q is not one bounded line", got.Message)
+			}
+			if !strings.HasPrefix(got.Message, diags[0].Summary) {
+				t.Errorf("message %q does not start with the diagnostic's summary", got.Message)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	diag := func(summary, detail string) Diagnostic {
+		return Diagnostic{Severity: "error", Summary: summary, Detail: detail}
+	}
+	localExec := func(output string) Diagnostic {
+		return diag(localExecSummary, "Error running command 'hcloud server create --timeout 5m': exit status 1. Output: "+output)
+	}
+	lock := diag(lockSummary, "Lock Info: ...")
+	for _, tc := range []struct {
+		name   string
+		diags  []Diagnostic
+		err    error
+		want   ErrorClass // "" for success
+		substr string
+	}{
+		{name: "success", diags: nil, err: nil},
+		{name: "warnings only", diags: []Diagnostic{{Severity: "warning", Summary: "Value for undeclared variable"}}},
+		{name: "cancelled wins", diags: []Diagnostic{lock}, err: fmt.Errorf("tofu apply: %w", context.Canceled), want: Cancelled},
+		{name: "deadline", err: fmt.Errorf("tofu apply: %w", context.DeadlineExceeded), want: Timeout},
+		{name: "invalid module error", err: fmt.Errorf("%w: no output provider_id", ErrInvalidModule), want: InvalidModule, substr: "no output provider_id"},
+		{name: "invalid request", err: fmt.Errorf("%w: bad env", ErrInvalidRequest), want: InvalidModule},
+		{name: "lock before module errors", diags: []Diagnostic{diag("Unsupported argument", ""), lock}, err: exitErr, want: LockHeld},
+		{name: "module before codes", diags: []Diagnostic{localExec("unauthorized"), diag("Duplicate backend configuration", "")}, err: exitErr, want: InvalidModule},
+		{name: "rate limit is not quota", diags: []Diagnostic{localExec("rate_limit_exceeded")}, err: exitErr, want: Transient},
+		{name: "quota is case-insensitive", diags: []Diagnostic{localExec("Quota exceeded for CPUS")}, err: exitErr, want: Quota},
+		{name: "credentials before capacity", diags: []Diagnostic{localExec("401 (resource_unavailable)")}, err: exitErr, want: Credentials},
+		{name: "capacity before transient", diags: []Diagnostic{localExec("resource_unavailable after timeout")}, err: exitErr, want: Capacity},
+		{name: "insufficient capacity phrase", diags: []Diagnostic{localExec("Insufficient capacity in zone")}, err: exitErr, want: Capacity},
+		{name: "numbers are whole words", diags: []Diagnostic{localExec("server 4012 failed")}, err: exitErr, want: Unknown},
+		{name: "command line is not output", diags: []Diagnostic{localExec("boom")}, err: exitErr, want: Unknown, substr: "boom"},
+		{name: "backend error", diags: []Diagnostic{diag("Error loading state", `secrets "tfstate-default-x" is forbidden: User "system:serviceaccount:x:y" cannot get resource "secrets"`)}, err: exitErr, want: Credentials},
+		{name: "backend unreachable", diags: []Diagnostic{diag("Error loading state", "dial tcp 10.0.0.1:6443: connect: connection refused")}, err: exitErr, want: Transient},
+		{name: "no diagnostics", err: errors.New("exit status 2\nError: something on stderr"), want: Unknown, substr: "exit status 2 Error: something on stderr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Classify(tc.diags, tc.err)
+			if tc.want == "" {
+				if got != nil {
+					t.Fatalf("Classify() = %v, want nil", got)
+				}
+				return
+			}
+			if got == nil || got.Class != tc.want || !strings.Contains(got.Message, tc.substr) {
+				t.Fatalf("Classify() = %v, want class %s with %q", got, tc.want, tc.substr)
+			}
+		})
+	}
+}
+
+func TestClassifyBoundsMessage(t *testing.T) {
+	got := Classify([]Diagnostic{{Severity: "error", Summary: "boom", Detail: strings.Repeat("é\n", 400)}}, exitErr)
+	if len(got.Message) > maxMessageLen || strings.Contains(got.Message, "\n") || !strings.HasSuffix(got.Message, "…") {
+		t.Errorf("message (%d bytes) = %q", len(got.Message), got.Message)
+	}
+}
+
+func TestErrorClassPredicates(t *testing.T) {
+	for _, tc := range []struct {
+		class                         ErrorClass
+		retryable, terminal, capacity bool
+	}{
+		{Capacity, false, false, true},
+		{Quota, false, false, true},
+		{LockHeld, true, false, false},
+		{Credentials, false, true, false},
+		{InvalidModule, false, true, false},
+		{Transient, true, false, false},
+		{Timeout, true, false, false},
+		{Cancelled, false, false, false},
+		{Unknown, false, false, false},
+	} {
+		if tc.class.Retryable() != tc.retryable || tc.class.Terminal() != tc.terminal || tc.class.InsufficientCapacity() != tc.capacity {
+			t.Errorf("%s: retryable %v, terminal %v, capacity %v", tc.class, tc.class.Retryable(), tc.class.Terminal(), tc.class.InsufficientCapacity())
+		}
+	}
+}

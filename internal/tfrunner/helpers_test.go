@@ -1,0 +1,124 @@
+package tfrunner
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+)
+
+// mainEnv makes the test binary act as `fulfiller run` (see TestMain), so the local executor
+// can start runners without the real fulfiller binary.
+const mainEnv = "TFRUNNER_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(Main(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// testUserData stands in for the cloud-init with a join token; it must never reach a log.
+const testUserData = "#cloud-config\nwrite_files:\n- path: /etc/kubeadm/join.yaml\n  content: token=abcdef.0123456789abcdef-SECRET\n"
+
+func tofuPath(t *testing.T) string {
+	t.Helper()
+	path, err := testenv.Tool("tofu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func moduleDir(t *testing.T, name string) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("testdata", "modules", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// nodeRequest is an apply of module name with a local-backend state file in state.
+func nodeRequest(t *testing.T, name, module, state string, params map[string]string) Request {
+	t.Helper()
+	if params == nil {
+		params = map[string]string{}
+	}
+	return Request{
+		Name:      name,
+		Operation: Apply,
+		ModuleDir: moduleDir(t, module),
+		WorkDir:   t.TempDir(),
+		Backend:   Backend{Type: "local", Config: map[string]string{"path": state}},
+		Variables: map[string]any{
+			VarNodeName:   name,
+			VarNodeType:   "sim-small",
+			VarZone:       "sim-1",
+			VarUserData:   testUserData,
+			VarLabels:     map[string]string{"karpenter.sh/nodepool": "default"},
+			VarParameters: params,
+		},
+		TofuPath: tofuPath(t),
+	}
+}
+
+// syncBuffer is a log that tests read while a run writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// provisioning reports whether a run log shows the machine's provisioner running, i.e. tofu
+// holds the state lock and sits in the simulated API call.
+func provisioning(log string) bool {
+	return strings.Contains(log, `"type":"provision_start"`)
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// assertNoSecret fails when the user data, or a line of it, appears in a log.
+func assertNoSecret(t *testing.T, what, log string) {
+	t.Helper()
+	for _, s := range []string{testUserData, jsonEscape(testUserData), "abcdef.0123456789abcdef-SECRET"} {
+		if strings.Contains(log, s) {
+			t.Errorf("%s contains the user data (%q)", what, s)
+		}
+	}
+}

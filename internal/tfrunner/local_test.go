@@ -1,0 +1,226 @@
+package tfrunner
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testExecutor runs this test binary as the runner (TestMain turns it into Main).
+func testExecutor(t *testing.T, dir string) *LocalExecutor {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &LocalExecutor{Dir: dir, Command: []string{exe}, Env: []string{mainEnv + "=1"}, Grace: 20 * time.Second, MaxConcurrent: 1}
+	return e
+}
+
+// killRunners kills what a test left running in dir.
+func killRunners(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(dir)
+		for _, entry := range entries {
+			run := filepath.Join(dir, entry.Name())
+			if pid, _, ok := readPID(run); ok && runnerAlive(pid, run) {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
+		}
+	})
+}
+
+// runners counts live processes whose command line holds path.
+func runners(t *testing.T, path string) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range procs {
+		if data, err := os.ReadFile(p); err == nil && strings.Contains(string(data), path) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestLocalExecutorRunSucceeds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	killRunners(t, dir)
+	e := testExecutor(t, dir)
+	ctx := context.Background()
+	req := nodeRequest(t, "node-e-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
+
+	if err := e.Start(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(dir, req.Name)
+	pid := readFile(t, filepath.Join(runDir, PIDFileName))
+	st, err := e.Status(ctx, req.Name)
+	if err != nil || st.Phase != RunRunning || st.Result != nil {
+		t.Fatalf("status after start: %+v, %v", st, err)
+	}
+	// Starting it again (the MaxConcurrent of 1 is used up) does nothing.
+	if err := e.Start(ctx, req); err != nil {
+		t.Fatalf("second start: %v", err)
+	}
+	if again := readFile(t, filepath.Join(runDir, PIDFileName)); again != pid {
+		t.Errorf("pid changed from %s to %s", pid, again)
+	}
+	reqPath := filepath.Join(runDir, RequestFileName)
+	if n := runners(t, reqPath); n != 1 {
+		t.Errorf("%d runners, want 1", n)
+	}
+	if info, err := os.Stat(reqPath); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("request file: %v, %v", info, err)
+	}
+
+	eventually(t, 40*time.Second, "the run to finish", func() bool {
+		st, err = e.Status(ctx, req.Name)
+		return err != nil || st.Phase != RunRunning
+	})
+	if err != nil || st.Phase != RunSucceeded || st.Result == nil {
+		t.Fatalf("status: %+v, %v\n%s", st, err, readFile(t, st.LogPath))
+	}
+	if !strings.HasPrefix(st.Result.ProviderID, "sim://node-e-apply-1/") || len(st.Result.Outputs) == 0 {
+		t.Errorf("result: %+v", st.Result)
+	}
+	if st.LogPath != filepath.Join(runDir, LogFileName) || st.StartTime.IsZero() {
+		t.Errorf("status: %+v", st)
+	}
+	log := readFile(t, st.LogPath)
+	if !strings.Contains(log, `"type":"apply_complete"`) || !strings.Contains(log, "apply of run node-e-apply-1 succeeded") {
+		t.Errorf("run log:\n%s", log)
+	}
+	assertNoSecret(t, "run.log", log)
+}
+
+// A run outlives the executor that started it: another executor on the same folder (a
+// restarted controller) sees it running, counts it against its limit and cancels it.
+func TestLocalExecutorAdoptsAndCancels(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	killRunners(t, dir)
+	ctx := context.Background()
+	state := filepath.Join(t.TempDir(), "state.tfstate")
+	req := nodeRequest(t, "node-g-apply-1", "node", state, map[string]string{"sleep_seconds": "30"})
+	first := testExecutor(t, dir)
+	if err := first.Start(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, req.Name, LogFileName)
+	eventually(t, 30*time.Second, "the run to provision", func() bool {
+		data, _ := os.ReadFile(logPath)
+		return provisioning(string(data))
+	})
+	before, err := first.Status(ctx, req.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := testExecutor(t, dir)
+	st, err := second.Status(ctx, req.Name)
+	if err != nil || st.Phase != RunRunning || !st.StartTime.Equal(before.StartTime) {
+		t.Fatalf("adopted status: %+v, %v (first saw %+v)", st, err, before)
+	}
+	other := nodeRequest(t, "node-h-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
+	if err := second.Start(ctx, other); !errors.Is(err, ErrBusy) {
+		t.Errorf("start beyond MaxConcurrent: %v, want ErrBusy", err)
+	}
+
+	cancelled := time.Now()
+	if err := second.Cancel(ctx, req.Name); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(cancelled); took > 15*time.Second {
+		t.Errorf("cancel took %s", took)
+	}
+	st, err = second.Status(ctx, req.Name)
+	if err != nil || st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != Cancelled {
+		t.Fatalf("status after cancel: %+v, %v\n%s", st, err, readFile(t, logPath))
+	}
+	if err := second.Cancel(ctx, req.Name); err != nil {
+		t.Errorf("cancelling a finished run: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock info left behind: %v", err)
+	}
+}
+
+func TestLocalExecutorLostRuns(t *testing.T) {
+	dir := t.TempDir()
+	e := testExecutor(t, dir)
+	ctx := context.Background()
+
+	if _, err := e.Status(ctx, "nope"); !errors.Is(err, ErrRunNotFound) {
+		t.Errorf("status of unknown run: %v", err)
+	}
+	if err := e.Cancel(ctx, "nope"); !errors.Is(err, ErrRunNotFound) {
+		t.Errorf("cancel of unknown run: %v", err)
+	}
+
+	// A runner that died without writing its result (killed, out of memory).
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	lost := filepath.Join(dir, "lost-apply-1")
+	if err := os.MkdirAll(lost, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteRequest(filepath.Join(lost, RequestFileName), Request{Name: "lost-apply-1", Operation: Apply}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lost, PIDFileName), []byte(strconv.Itoa(dead.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Status(ctx, "lost-apply-1")
+	if err != nil || st.Phase != RunFailed || st.Result.Error.Class != Unknown ||
+		st.Result.Error.Message != "runner exited without a result" || st.Result.Operation != Apply {
+		t.Errorf("lost run: %+v %+v, %v", st, st.Result, err)
+	}
+	if err := e.Cancel(ctx, "lost-apply-1"); err != nil {
+		t.Errorf("cancel of a dead run: %v", err)
+	}
+
+	// A folder without a pid file is being started, until that takes too long.
+	starting := filepath.Join(dir, "starting-apply-1")
+	if err := os.Mkdir(starting, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.Status(ctx, "starting-apply-1"); err != nil || st.Phase != RunPending {
+		t.Errorf("starting run: %+v, %v", st, err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(starting, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.Status(ctx, "starting-apply-1"); err != nil || st.Phase != RunFailed || st.Result.Error.Message != "runner was not started" {
+		t.Errorf("never started run: %+v, %v", st, err)
+	}
+}
+
+func TestMainWritesResult(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := runMain(nil, &stdout, &stderr); code != 2 {
+		t.Errorf("no arguments: exit %d", code)
+	}
+	dir := t.TempDir()
+	if code := runMain([]string{"--request", filepath.Join(dir, RequestFileName)}, &stdout, &stderr); code != 1 {
+		t.Errorf("missing request: exit %d", code)
+	}
+	res, err := ReadResult(filepath.Join(dir, ResultFileName))
+	if err != nil || res.Succeeded || res.Error == nil || !strings.HasPrefix(res.Error.Message, "reading request") {
+		t.Errorf("result: %+v, %v", res, err)
+	}
+}

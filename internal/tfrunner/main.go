@@ -1,0 +1,64 @@
+package tfrunner
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Main is the `fulfiller run` command; args are the arguments after "run":
+//
+//	--request PATH  the request file (written by WriteRequest)
+//	--result PATH   where to write the result (default: result.json next to the request)
+//
+// The run log goes to stdout (the local executor points stdout at run.log; in a Job it is
+// what `kubectl logs` shows). SIGINT and SIGTERM interrupt tofu, which releases its state
+// lock, and the run ends as Cancelled. The exit code is 0 when the run succeeded, 1 when it
+// failed and 2 on bad usage.
+func Main(args []string) int {
+	return runMain(args, os.Stdout, os.Stderr)
+}
+
+func runMain(args []string, stdout, stderr io.Writer) int {
+	flags := flag.NewFlagSet("run", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	requestPath := flags.String("request", "", "path of the request file")
+	resultPath := flags.String("result", "", "path of the result file (default: "+ResultFileName+" next to the request)")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	if *requestPath == "" || flags.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: fulfiller run --request PATH [--result PATH]")
+		return 2
+	}
+	if *resultPath == "" {
+		*resultPath = filepath.Join(filepath.Dir(*requestPath), ResultFileName)
+	}
+
+	// Signals stay caught until we return: a second one does not kill us while tofu stops.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var res Result
+	if req, err := ReadRequest(*requestPath); err != nil {
+		now := time.Now().UTC()
+		res = Result{Started: now, Finished: now, Error: newRunError(Unknown, "reading request: "+err.Error())}
+		fmt.Fprintf(stderr, "fulfiller run: reading request: %v\n", err)
+	} else {
+		res = Run(ctx, req, stdout)
+	}
+	if err := WriteResult(*resultPath, res); err != nil {
+		fmt.Fprintf(stderr, "fulfiller run: %v\n", err)
+		return 1
+	}
+	if !res.Succeeded {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,202 @@
+// Package tfrunner runs OpenTofu for one claim: it prepares a per-run working directory from
+// a node type's module, writes the variables (secrets only in a 0600 file), drives `tofu init`
+// and `apply`/`destroy` through terraform-exec with `-json` output streamed into the run log,
+// reads the module's outputs and classifies failures. The executors start runs as separate
+// processes (`fulfiller run`) so that a controller restart does not interrupt them.
+package tfrunner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Operation is what a run does to a claim's infrastructure.
+type Operation string
+
+const (
+	// Apply creates or updates the node's infrastructure.
+	Apply Operation = "apply"
+	// Destroy removes it.
+	Destroy Operation = "destroy"
+)
+
+// Backend selects where the run's state lives. The module gets a partial
+// `backend "<Type>" {}` block; Config is passed as -backend-config key=value pairs. Values in
+// Config end up on the command line and in .terraform/: credentials belong in Request.Env.
+type Backend struct {
+	Type   string            `json:"type"`
+	Config map[string]string `json:"config,omitempty"`
+}
+
+// Request is one tofu operation for one claim. It is written to a 0600 file and read by the
+// runner process, because Variables holds the claim's user data.
+type Request struct {
+	// Name identifies the run (a DNS-1123 label, e.g. "<claim>-apply-1").
+	Name      string    `json:"name"`
+	Operation Operation `json:"operation"`
+	// ModuleDir is the node type's module (a local folder); it is copied, never changed.
+	ModuleDir string `json:"moduleDir"`
+	// WorkDir is a fresh folder the run owns.
+	WorkDir string  `json:"workDir"`
+	Backend Backend `json:"backend"`
+	// Variables are the module inputs of the module contract: node_name, node_type, zone,
+	// user_data (sensitive), labels, parameters. Only those the module declares are passed.
+	Variables map[string]any `json:"variables,omitempty"`
+	// Env is extra environment for tofu and its provisioners (credentials, KUBECONFIG, ...).
+	Env map[string]string `json:"env,omitempty"`
+	// TofuPath is the tofu binary.
+	TofuPath string `json:"tofuPath"`
+	// LockTimeout is how long tofu retries a held state lock (0: fail at once).
+	LockTimeout time.Duration `json:"lockTimeout,omitempty"`
+}
+
+// Result is the outcome of a run, written by the runner process for its parent.
+type Result struct {
+	Operation Operation `json:"operation"`
+	Succeeded bool      `json:"succeeded"`
+	// Outputs are the module's non-sensitive outputs after an apply, as JSON values.
+	Outputs map[string]json.RawMessage `json:"outputs,omitempty"`
+	// ProviderID, NodeName and Addresses are read from the outputs provider_id (required
+	// after an apply), node_name and addresses (a list of strings).
+	ProviderID string    `json:"providerID,omitempty"`
+	NodeName   string    `json:"nodeName,omitempty"`
+	Addresses  []string  `json:"addresses,omitempty"`
+	Error      *RunError `json:"error,omitempty"`
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+}
+
+// RunError is a classified failure.
+type RunError struct {
+	Class ErrorClass `json:"class"`
+	// Message is one line of at most maxMessageLen bytes.
+	Message string `json:"message"`
+}
+
+func (e *RunError) Error() string {
+	return string(e.Class) + ": " + e.Message
+}
+
+// ErrInvalidRequest marks a request that cannot be run as given.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// Validate checks the fields a run needs.
+func (r Request) Validate() error {
+	if err := validateName(r.Name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if r.Operation != Apply && r.Operation != Destroy {
+		return fmt.Errorf("%w: unknown operation %q", ErrInvalidRequest, r.Operation)
+	}
+	for field, v := range map[string]string{"moduleDir": r.ModuleDir, "workDir": r.WorkDir, "tofuPath": r.TofuPath} {
+		if v == "" {
+			return fmt.Errorf("%w: %s is empty", ErrInvalidRequest, field)
+		}
+	}
+	if r.Backend.Type != "" && !isIdentifier(r.Backend.Type) {
+		return fmt.Errorf("%w: invalid backend type %q", ErrInvalidRequest, r.Backend.Type)
+	}
+	if r.LockTimeout < 0 {
+		return fmt.Errorf("%w: negative lock timeout", ErrInvalidRequest)
+	}
+	return nil
+}
+
+// validateName accepts a DNS-1123 label: what Kubernetes accepts as a Job name.
+func validateName(name string) error {
+	if name == "" || len(name) > 63 {
+		return fmt.Errorf("run name %q must have 1 to 63 characters", name)
+	}
+	for i, c := range name {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(name)-1) {
+			return fmt.Errorf("run name %q is not a DNS-1123 label", name)
+		}
+	}
+	return nil
+}
+
+// isIdentifier accepts a backend type name (letters, digits, "_", "-"); it is written into
+// the module as a block label.
+func isIdentifier(s string) bool {
+	for i, c := range s {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '-')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// WriteRequest writes req to path (mode 0600, atomically).
+func WriteRequest(path string, req Request) error {
+	return writeJSON(path, req)
+}
+
+// ReadRequest reads a request written by WriteRequest.
+func ReadRequest(path string) (Request, error) {
+	var req Request
+	return req, readJSON(path, &req)
+}
+
+// WriteResult writes res to path (mode 0600, atomically).
+func WriteResult(path string, res Result) error {
+	return writeJSON(path, res)
+}
+
+// ReadResult reads a result written by WriteResult.
+func ReadResult(path string) (Result, error) {
+	var res Result
+	return res, readJSON(path, &res)
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", filepath.Base(path), err)
+	}
+	return writeFileAtomic(path, append(data, '\n'), 0o600)
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err // already names the path; callers test errors.Is(err, fs.ErrNotExist)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data next to path and renames it into place, so a reader sees the
+// old content or the new one, never a part.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	tmp := f.Name()
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,341 @@
+package tfrunner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+)
+
+// TofuInterruptGrace is how long a cancelled run waits for tofu to stop after SIGINT (and
+// release its state lock) before killing it. Whatever stops a runner must wait longer.
+const TofuInterruptGrace = 60 * time.Second
+
+// Files and folders inside Request.WorkDir.
+const (
+	moduleSubdir    = "module"
+	homeSubdir      = "home"
+	varsFileName    = "fulfiller.tfvars.json"
+	cliConfigName   = "fulfiller.tfrc"
+	backendFileName = "fulfiller_backend.tf"
+)
+
+// Run performs one tofu operation for one claim. It has no error return: every failure ends
+// up, classified, in Result.Error. Each line of tofu's `-json` output is copied
+// to log as it arrives (with the values of sensitive variables redacted), together with a few
+// lines of the runner's own in the same JSON shape. Cancelling ctx interrupts tofu (SIGINT)
+// and waits for it to stop, so it releases the state lock; the result then has class
+// Cancelled (or Timeout when ctx's deadline passed).
+func Run(ctx context.Context, req Request, log io.Writer) Result {
+	res := Result{Operation: req.Operation, Started: time.Now().UTC()}
+	out := newRunLog(log, secretValues(req.Variables, nil))
+	out.note("info", fmt.Sprintf("%s of run %s started", req.Operation, req.Name))
+
+	err := run(ctx, req, out, &res)
+	out.flush()
+	res.Error = Classify(out.diagnostics(), err)
+	if res.Error != nil {
+		res.Error.Message = out.redact(res.Error.Message)
+		res.Succeeded = false
+		res.Outputs, res.ProviderID, res.NodeName, res.Addresses = nil, "", "", nil
+		out.note("error", fmt.Sprintf("%s of run %s failed: %s", req.Operation, req.Name, res.Error.Error()))
+	} else {
+		res.Succeeded = true
+		out.note("info", fmt.Sprintf("%s of run %s succeeded", req.Operation, req.Name))
+	}
+	res.Finished = time.Now().UTC()
+	return res
+}
+
+func run(ctx context.Context, req Request, out *runLog, res *Result) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
+	if err := prepareModule(req.ModuleDir, moduleDir); err != nil {
+		return err
+	}
+	info, err := InspectModule(moduleDir)
+	if err != nil {
+		return err
+	}
+	if _, ok := info.Outputs[OutputProviderID]; !ok && req.Operation == Apply {
+		return fmt.Errorf("%w: the module has no output %s", ErrInvalidModule, OutputProviderID)
+	}
+	out.addSecrets(secretValues(req.Variables, info))
+	if err := writeBackendFile(moduleDir, req.Backend); err != nil {
+		return err
+	}
+	varsFile := filepath.Join(req.WorkDir, varsFileName)
+	passed, skipped, err := writeVarsFile(varsFile, req.Variables, info)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(varsFile) }()
+	out.note("info", "passing variables: "+strings.Join(passed, ", "))
+	if len(skipped) > 0 {
+		out.note("info", "not passing variables the module does not declare: "+strings.Join(skipped, ", "))
+	}
+	env, err := runEnv(req)
+	if err != nil {
+		return err
+	}
+
+	tf, err := tfexec.NewTerraform(moduleDir, req.TofuPath)
+	if err != nil {
+		return fmt.Errorf("using tofu at %s: %w", req.TofuPath, err)
+	}
+	if err := tf.SetEnv(env); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	tf.SetStderr(out.stderr())
+	tf.SetWaitDelay(TofuInterruptGrace)
+
+	initOpts := []tfexec.InitOption{tfexec.Reconfigure(true), tfexec.Upgrade(false)}
+	for _, kv := range backendConfig(req.Backend) {
+		initOpts = append(initOpts, tfexec.BackendConfig(kv))
+	}
+	if err := tf.InitJSON(ctx, out, initOpts...); err != nil {
+		return fmt.Errorf("tofu init: %w", err)
+	}
+
+	lockTimeout := tfexec.LockTimeout(fmt.Sprintf("%dms", req.LockTimeout.Milliseconds()))
+	switch req.Operation {
+	case Apply:
+		err = tf.ApplyJSON(ctx, out, tfexec.VarFile(varsFile), lockTimeout)
+	case Destroy:
+		err = tf.DestroyJSON(ctx, out, tfexec.VarFile(varsFile), lockTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("tofu %s: %w", req.Operation, err)
+	}
+	if req.Operation != Apply {
+		return nil
+	}
+
+	tf.SetStdout(io.Discard) // output -json holds sensitive values: keep them out of the log
+	outputs, err := tf.Output(ctx)
+	if err != nil {
+		return fmt.Errorf("tofu output: %w", err)
+	}
+	return readOutputs(outputs, res)
+}
+
+// prepareModule copies the module at src into dst, which it empties first. Hidden files and
+// folders (.terraform, .git), state files and variable files that tofu would load on its own
+// are left out; .terraform.lock.hcl is kept.
+func prepareModule(src, dst string) error {
+	if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("emptying %s: %w", dst, err)
+	}
+	if info, err := os.Stat(src); err != nil || !info.IsDir() {
+		return fmt.Errorf("%w: module folder %s cannot be read", ErrInvalidModule, src)
+	}
+	if err := copyTree(src, dst); err != nil {
+		return fmt.Errorf("copying module %s: %w", src, err)
+	}
+	return nil
+}
+
+func copyTree(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		from, to := filepath.Join(src, name), filepath.Join(dst, name)
+		if skipModuleFile(name) || from == filepath.Dir(dst) {
+			continue
+		}
+		info, err := os.Stat(from) // follows symbolic links
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.IsDir():
+			err = copyTree(from, to)
+		case info.Mode().IsRegular():
+			err = copyFile(from, to, info.Mode().Perm())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func skipModuleFile(name string) bool {
+	if name == ".terraform.lock.hcl" {
+		return false
+	}
+	return strings.HasPrefix(name, ".") ||
+		strings.HasSuffix(name, ".tfstate") || strings.HasSuffix(name, ".tfstate.backup") ||
+		name == "terraform.tfvars" || name == "terraform.tfvars.json" ||
+		strings.HasSuffix(name, ".auto.tfvars") || strings.HasSuffix(name, ".auto.tfvars.json")
+}
+
+func copyFile(from, to string, perm os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// writeBackendFile declares the backend with an empty (partial) configuration; its settings
+// come from -backend-config. Without a backend type the module's own setting (or local state
+// in the working directory) applies.
+func writeBackendFile(moduleDir string, b Backend) error {
+	if b.Type == "" {
+		if len(b.Config) > 0 {
+			return fmt.Errorf("%w: backend configuration without a backend type", ErrInvalidRequest)
+		}
+		return nil
+	}
+	content := fmt.Sprintf("# Written by the fulfiller; configured with -backend-config.\nterraform {\n  backend %q {}\n}\n", b.Type)
+	if err := os.WriteFile(filepath.Join(moduleDir, backendFileName), []byte(content), 0o600); err != nil {
+		return fmt.Errorf("writing backend file: %w", err)
+	}
+	return nil
+}
+
+func backendConfig(b Backend) []string {
+	keys := make([]string, 0, len(b.Config))
+	for k := range b.Config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	kvs := make([]string, 0, len(keys))
+	for _, k := range keys {
+		kvs = append(kvs, k+"="+b.Config[k])
+	}
+	return kvs
+}
+
+// writeVarsFile writes the variables the module declares to a 0600 file and returns the names
+// it passed and those it left out.
+func writeVarsFile(path string, vars map[string]any, info *ModuleInfo) (passed, skipped []string, err error) {
+	declared := make(map[string]any, len(vars))
+	for name, v := range vars {
+		if _, ok := info.Variables[name]; ok {
+			declared[name] = v
+			passed = append(passed, name)
+		} else {
+			skipped = append(skipped, name)
+		}
+	}
+	sort.Strings(passed)
+	sort.Strings(skipped)
+	data, err := json.MarshalIndent(declared, "", "  ")
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: encoding variables: %w", ErrInvalidRequest, err)
+	}
+	if err := writeFileAtomic(path, data, 0o600); err != nil {
+		return nil, nil, err
+	}
+	return passed, skipped, nil
+}
+
+// runEnv is the whole environment of tofu and its provisioners: a few variables of the
+// runner's own environment, settings that make tofu independent of the runner's home folder,
+// then Request.Env, which wins.
+func runEnv(req Request) (map[string]string, error) {
+	env := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, k := range []string{"PATH", "TMPDIR", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	home := filepath.Join(req.WorkDir, homeSubdir)
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, fmt.Errorf("creating home folder: %w", err)
+	}
+	cliConfig := filepath.Join(req.WorkDir, cliConfigName)
+	if err := os.WriteFile(cliConfig, []byte("# OpenTofu CLI configuration written by the fulfiller.\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("writing cli configuration: %w", err)
+	}
+	env["HOME"] = home
+	env["TF_CLI_CONFIG_FILE"] = cliConfig
+	env["CHECKPOINT_DISABLE"] = "1"
+	if exe, err := os.Executable(); err == nil {
+		env["FULFILLER_BINARY"] = exe
+	}
+	maps.Copy(env, req.Env)
+	if bad := tfexec.ProhibitedEnv(env); len(bad) > 0 {
+		sort.Strings(bad)
+		return nil, fmt.Errorf("%w: environment variables tofu must not get this way: %s", ErrInvalidRequest, strings.Join(bad, ", "))
+	}
+	return env, nil
+}
+
+// readOutputs fills the result from `tofu output -json`. Sensitive outputs are not kept in
+// Outputs (results are stored in the cluster), but provider_id is read either way.
+func readOutputs(outputs map[string]tfexec.OutputMeta, res *Result) error {
+	res.Outputs = make(map[string]json.RawMessage, len(outputs))
+	for name, o := range outputs {
+		if o.Sensitive {
+			continue
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, o.Value); err != nil {
+			return fmt.Errorf("reading output %s: %w", name, err)
+		}
+		res.Outputs[name] = compact.Bytes()
+	}
+	pid, ok := outputs[OutputProviderID]
+	if !ok {
+		return fmt.Errorf("%w: the module has no output %s", ErrInvalidModule, OutputProviderID)
+	}
+	if err := json.Unmarshal(pid.Value, &res.ProviderID); err != nil || res.ProviderID == "" {
+		return fmt.Errorf("%w: output %s must be a non-empty string, got %s", ErrInvalidModule, OutputProviderID, oneLine(string(pid.Value), 80))
+	}
+	if o, ok := outputs[OutputNodeName]; ok {
+		if err := json.Unmarshal(o.Value, &res.NodeName); err != nil {
+			return fmt.Errorf("%w: output %s must be a string: %w", ErrInvalidModule, OutputNodeName, err)
+		}
+	}
+	if o, ok := outputs[OutputAddresses]; ok {
+		if err := json.Unmarshal(o.Value, &res.Addresses); err != nil {
+			return fmt.Errorf("%w: output %s must be a list of strings: %w", ErrInvalidModule, OutputAddresses, err)
+		}
+	}
+	return nil
+}
+
+// secretValues are the string values of user_data and of the variables the module marks
+// sensitive.
+func secretValues(vars map[string]any, info *ModuleInfo) []string {
+	var secrets []string
+	for name, v := range vars {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		if name == VarUserData || info != nil && info.Variables[name].Sensitive {
+			secrets = append(secrets, s)
+		}
+	}
+	return secrets
+}

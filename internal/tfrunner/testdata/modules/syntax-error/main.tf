@@ -1,0 +1,10 @@
+variable "node_name" {
+  type = string
+}
+
+resource "terraform_data" "machine" {
+  input = var.node_name
+
+output "provider_id" {
+  value = "sim://${var.node_name}"
+}

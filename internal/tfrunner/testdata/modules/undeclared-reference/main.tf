@@ -1,0 +1,11 @@
+variable "node_name" {
+  type = string
+}
+
+resource "terraform_data" "machine" {
+  input = "${var.node_name}-${var.node_size}"
+}
+
+output "provider_id" {
+  value = "sim://${var.node_name}"
+}

@@ -1,0 +1,130 @@
+# The simulated node type: a "cloud" whose servers are simulated machines, background
+# processes of `fulfiller sim` that boot, read their cloud-init user data, join with the
+# bootstrap token in it and run a simulated kubelet. See README.md.
+#
+# The provisioners run "$FULFILLER_BINARY" (the runner exports it). Values reach the shell
+# through `environment`, never through the command text, so that the command tofu prints and
+# puts in error messages carries neither the user data nor the simulated error codes.
+
+locals {
+  parameters = merge({
+    cpu               = "2"
+    memory            = "4Gi"
+    ephemeral_storage = "20Gi"
+    pods              = "110"
+    gpu_resource      = ""
+    gpu_count         = "0"
+    boot_delay        = "0s"
+    apply_delay       = "0"
+    apply_error       = ""
+    never_join        = "false"
+  }, var.parameters)
+
+  state_dir = "${trimsuffix(var.parameters["sim_dir"], "/")}/${var.node_name}"
+  address   = "127.0.0.1"
+
+  # What the cloud API answers when creation fails, with the error codes of the Hetzner Cloud
+  # API that the fulfiller classifies.
+  apply_errors = {
+    ""       = ""
+    capacity = "error: resource_unavailable: server type ${var.node_type} is not available in ${var.zone}"
+    quota    = "error: server_limit_exceeded: the project's server limit is reached (resource_limit_exceeded), cannot create a ${var.node_type} in ${var.zone}"
+    invalid  = "error: invalid_input: invalid input in field 'server_type': ${var.node_type} cannot be created in ${var.zone}"
+  }
+
+  # A change to any of these is a new server.
+  machine = {
+    node_name         = var.node_name
+    node_type         = var.node_type
+    zone              = var.zone
+    cpu               = local.parameters.cpu
+    memory            = local.parameters.memory
+    ephemeral_storage = local.parameters.ephemeral_storage
+    pods              = local.parameters.pods
+    gpu_resource      = local.parameters.gpu_resource
+    gpu_count         = local.parameters.gpu_count
+    never_join        = local.parameters.never_join
+  }
+}
+
+resource "terraform_data" "machine" {
+  # Changing the user data replaces the server, as hcloud_server.user_data does.
+  triggers_replace = [local.machine, sha256(var.user_data)]
+
+  # What the destroy-time provisioner needs: it may only refer to self.
+  input = {
+    state_dir = local.state_dir
+  }
+
+  # The cloud API call: takes apply_delay seconds and fails as apply_error says.
+  provisioner "local-exec" {
+    interpreter = ["/bin/sh", "-c"]
+    command     = <<-EOT
+      set -eu
+      echo "creating simulated server $SIM_NODE_NAME ($SIM_NODE_TYPE in $SIM_ZONE)"
+      sleep "$SIM_APPLY_DELAY"
+      if [ -n "$SIM_APPLY_ERROR" ]; then
+        echo "$SIM_APPLY_ERROR" >&2
+        exit 1
+      fi
+    EOT
+    environment = {
+      SIM_NODE_NAME   = var.node_name
+      SIM_NODE_TYPE   = var.node_type
+      SIM_ZONE        = var.zone
+      SIM_APPLY_DELAY = local.parameters.apply_delay
+      SIM_APPLY_ERROR = local.apply_errors[local.parameters.apply_error]
+    }
+  }
+
+  # Power-on: the user data goes to a 0600 file through printf (a shell builtin, so it is on
+  # no command line), then the machine starts in the background. tofu suppresses this
+  # provisioner's output because its environment holds a sensitive value.
+  provisioner "local-exec" {
+    interpreter = ["/bin/sh", "-c"]
+    command     = <<-EOT
+      set -eu
+      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
+      umask 077
+      mkdir -p "$SIM_STATE_DIR"
+      printf '%s' "$SIM_USER_DATA" > "$SIM_STATE_DIR/user-data"
+      unset SIM_USER_DATA
+      exec "$FULFILLER_BINARY" sim start \
+        --state-dir "$SIM_STATE_DIR" --name "$SIM_NODE_NAME" --user-data "$SIM_STATE_DIR/user-data" \
+        --cpu "$SIM_CPU" --memory "$SIM_MEMORY" --ephemeral-storage "$SIM_EPHEMERAL_STORAGE" --pods "$SIM_PODS" \
+        --gpu-resource "$SIM_GPU_RESOURCE" --gpu-count "$SIM_GPU_COUNT" \
+        --boot-delay "$SIM_BOOT_DELAY" --never-join="$SIM_NEVER_JOIN" --address "$SIM_ADDRESS"
+    EOT
+    environment = {
+      SIM_USER_DATA         = var.user_data
+      SIM_STATE_DIR         = local.state_dir
+      SIM_NODE_NAME         = var.node_name
+      SIM_CPU               = local.parameters.cpu
+      SIM_MEMORY            = local.parameters.memory
+      SIM_EPHEMERAL_STORAGE = local.parameters.ephemeral_storage
+      SIM_PODS              = local.parameters.pods
+      SIM_GPU_RESOURCE      = local.parameters.gpu_resource
+      SIM_GPU_COUNT         = local.parameters.gpu_count
+      SIM_BOOT_DELAY        = local.parameters.boot_delay
+      SIM_NEVER_JOIN        = local.parameters.never_join
+      SIM_ADDRESS           = local.address
+    }
+  }
+
+  # Power-off and deletion: the machine's Node stays, as a deleted server's does.
+  provisioner "local-exec" {
+    when        = destroy
+    interpreter = ["/bin/sh", "-c"]
+    command     = <<-EOT
+      set -eu
+      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
+      : "$${SIM_STATE_DIR:?}"
+      echo "deleting simulated server in $SIM_STATE_DIR"
+      "$FULFILLER_BINARY" sim stop --state-dir "$SIM_STATE_DIR"
+      rm -rf -- "$SIM_STATE_DIR"
+    EOT
+    environment = {
+      SIM_STATE_DIR = self.input.state_dir
+    }
+  }
+}

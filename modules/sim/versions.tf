@@ -1,0 +1,4 @@
+terraform {
+  # Only built-in features: terraform_data and local-exec. No provider is downloaded.
+  required_version = ">= 1.12.0"
+}

@@ -1,0 +1,306 @@
+// Package e2e drives the whole pipeline on the local environment: the real control plane,
+// the fulfiller binary (Karpenter core inside) with the local executor, real tofu runs of the
+// simulated node type and real joins.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+)
+
+var env struct {
+	dir     string
+	root    string // repository root
+	kube    client.Client
+	vars    map[string]string
+	kubectl string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	_, file, _, _ := runtime.Caller(0)
+	env.root = filepath.Join(filepath.Dir(file), "..", "..")
+	tmp, err := os.MkdirTemp("", "fulfiller-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "fulfiller")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller")
+	build.Dir, build.Stdout, build.Stderr = env.root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building fulfiller:", err)
+		return 1
+	}
+	if env.kubectl, err = testenv.Tool("kubectl"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.dir = filepath.Join(tmp, "env")
+	up := exec.Command(bin, "dev", "up", "--dir", env.dir)
+	up.Stdout, up.Stderr = os.Stderr, os.Stderr
+	if err := up.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "dev up:", err)
+		dumpLogs()
+		return 1
+	}
+	defer func() {
+		down := exec.Command(bin, "dev", "down", "--dir", env.dir)
+		down.Stdout, down.Stderr = os.Stderr, os.Stderr
+		if err := down.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "dev down:", err)
+		}
+	}()
+	if env.kube, err = devenv.Client(env.dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if env.vars, err = devenv.Vars(env.dir, filepath.Join(env.root, "modules")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		dumpLogs()
+	}
+	return code
+}
+
+func dumpLogs() {
+	for _, f := range []string{"dev.log", "controller.log"} {
+		data, _ := os.ReadFile(filepath.Join(env.dir, f))
+		if len(data) > 6000 {
+			data = data[len(data)-6000:]
+		}
+		fmt.Fprintf(os.Stderr, "---- %s (tail) ----\n%s\n", f, data)
+	}
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	if err := devenv.Poll(ctx, timeout, 500*time.Millisecond, what, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeClass builds a TofuNodeClass of the simulated module with the given node types.
+func nodeClass(name string, types ...v1alpha1.NodeType) *v1alpha1.TofuNodeClass {
+	return &v1alpha1.TofuNodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TofuNodeClassSpec{
+			Module:    v1alpha1.ModuleSource{Source: filepath.Join(env.vars["MODULES"], "sim"), Version: "e2e"},
+			Bootstrap: v1alpha1.BootstrapSpec{APIServerEndpoint: env.vars["API_SERVER"], TokenTTL: metav1.Duration{Duration: 15 * time.Minute}},
+			Variables: map[string]string{"sim_dir": env.vars["SIM_DIR"], "boot_delay": "1s"},
+			NodeTypes: types,
+		},
+	}
+}
+
+func nodeType(name, price string, vars map[string]string) v1alpha1.NodeType {
+	v := map[string]string{"cpu": "2", "memory": "4Gi"}
+	for k, val := range vars {
+		v[k] = val
+	}
+	return v1alpha1.NodeType{
+		Name:               name,
+		Capacity:           corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+		Overhead:           corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+		ProviderIDTemplate: "sim://{name}",
+		Offerings:          []v1alpha1.Offering{{Zone: "sim-a", Price: price}},
+		Variables:          v,
+	}
+}
+
+func nodePool(name, class string) *karpv1.NodePool {
+	return &karpv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: karpv1.NodePoolSpec{
+			Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
+				NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.Group, Kind: "TofuNodeClass", Name: class},
+				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}},
+			}},
+			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: karpv1.MustParseNillableDuration("5s")},
+		},
+	}
+}
+
+func deployment(name, pool string, replicas int32, cpu string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: new(int64),
+					NodeSelector:                  map[string]string{karpv1.NodePoolLabelKey: pool},
+					Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}},
+				},
+			},
+		},
+	}
+}
+
+func create(t *testing.T, ctx context.Context, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := env.kube.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+// cleanup deletes a scenario's workload, pool and class, and waits until its machines are
+// destroyed and their states removed.
+func cleanup(t *testing.T, deploy, pool, class string) {
+	t.Helper()
+	ctx := ctxFor(t, 4*time.Minute)
+	_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy}})
+	_ = env.kube.Delete(ctx, &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}})
+	eventually(t, ctx, 3*time.Minute, "every claim of pool "+pool+" to be destroyed", func(ctx context.Context) (bool, error) {
+		ok, _, err := devenv.Drained(ctx, env.kube)
+		return ok, err
+	})
+	_ = env.kube.Delete(ctx, &v1alpha1.TofuNodeClass{ObjectMeta: metav1.ObjectMeta{Name: class}})
+	assertNoMachines(t)
+}
+
+// assertNoMachines checks that no simulated machine is left: each one keeps a state dir
+// that the module's destroy removes.
+func assertNoMachines(t *testing.T) {
+	t.Helper()
+	entries, err := os.ReadDir(env.vars["SIM_DIR"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("machine %s was left behind", e.Name())
+	}
+}
+
+// fulfillmentTracker records every Fulfillment that ever existed during a test, with the
+// last state seen of each.
+type fulfillmentTracker struct {
+	mu   sync.Mutex
+	seen map[string]*v1alpha1.Fulfillment
+	stop func()
+}
+
+func trackFulfillments(t *testing.T) *fulfillmentTracker {
+	cfg, err := clientcmd.BuildConfigFromFlags("", devenv.Layout{Dir: env.dir}.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: env.kube.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &v1alpha1.FulfillmentList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &fulfillmentTracker{seen: map[string]*v1alpha1.Fulfillment{}, stop: func() { w.Stop(); cancel() }}
+	go func() {
+		for ev := range w.ResultChan() {
+			if f, ok := ev.Object.(*v1alpha1.Fulfillment); ok && ev.Type != watch.Error {
+				tr.mu.Lock()
+				tr.seen[f.Name] = f.DeepCopy()
+				tr.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(tr.stop)
+	return tr
+}
+
+func (tr *fulfillmentTracker) byType(nodeType string) []*v1alpha1.Fulfillment {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []*v1alpha1.Fulfillment
+	for _, f := range tr.seen {
+		if f.Spec.NodeType == nodeType {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func fulfillments(t *testing.T, ctx context.Context) []v1alpha1.Fulfillment {
+	t.Helper()
+	list := &v1alpha1.FulfillmentList{}
+	if err := env.kube.List(ctx, list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func clientset(t *testing.T) kubernetes.Interface {
+	cfg, err := clientcmd.BuildConfigFromFlags("", devenv.Layout{Dir: env.dir}.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(env.kubectl, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+devenv.Layout{Dir: env.dir}.Kubeconfig())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// tokenOf returns the bootstrap token inside a claim's user data.
+func tokenOf(t *testing.T, ctx context.Context, f *v1alpha1.Fulfillment) string {
+	t.Helper()
+	secret := &corev1.Secret{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: f.Status.UserDataSecret}, secret); err != nil {
+		t.Fatal(err)
+	}
+	jc, err := bootstrap.ParseUserData(secret.Data[claims.UserDataKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jc.Discovery.BootstrapToken.Token
+}

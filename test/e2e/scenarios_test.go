@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+)
+
+// TestScaleUpAndDown is what `make demo` does, with assertions on the real objects: pending
+// pods get nodes through Karpenter, tofu and a real join; scaled to zero, consolidation
+// destroys the machines and removes their states.
+func TestScaleUpAndDown(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Minute)
+	create(t, ctx,
+		nodeClass("e2e-basic", nodeType("basic-small", "0.01", nil), nodeType("basic-large", "0.03", map[string]string{"cpu": "4"})),
+		nodePool("e2e-basic", "e2e-basic"),
+	)
+	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, env.kube, "e2e-basic")
+	})
+	create(t, ctx, deployment("basic", "e2e-basic", 4, "900m"))
+	eventually(t, ctx, 4*time.Minute, "4 pods to be bound", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "basic"}, 4)
+	})
+	eventually(t, ctx, 2*time.Minute, "fulfillments to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.FulfillmentsReady(ctx, env.kube)
+	})
+
+	ffs := fulfillments(t, ctx)
+	if len(ffs) < 2 {
+		t.Fatalf("%d fulfillments for 4 pods of 0.9 cpu on 2-cpu nodes, want at least 2", len(ffs))
+	}
+	claimList := &karpv1.NodeClaimList{}
+	if err := env.kube.List(ctx, claimList); err != nil {
+		t.Fatal(err)
+	}
+	if len(claimList.Items) != len(ffs) {
+		t.Errorf("%d nodeclaims but %d fulfillments", len(claimList.Items), len(ffs))
+	}
+	for _, nc := range claimList.Items {
+		for _, cond := range []string{karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered, karpv1.ConditionTypeInitialized} {
+			if !nc.StatusConditions().IsTrue(cond) {
+				t.Errorf("nodeclaim %s: %s is not True", nc.Name, cond)
+			}
+		}
+		if !strings.HasPrefix(nc.Status.ProviderID, "sim://") || nc.Status.NodeName != nc.Name {
+			t.Errorf("nodeclaim %s: providerID %q node %q", nc.Name, nc.Status.ProviderID, nc.Status.NodeName)
+		}
+		if nc.Annotations[claims.AnnotationHash] == "" {
+			t.Errorf("nodeclaim %s has no drift hash", nc.Name)
+		}
+	}
+	cs := clientset(t)
+	for i := range ffs {
+		f := &ffs[i]
+		for _, cond := range []string{v1alpha1.ConditionApplied, v1alpha1.ConditionJoined, v1alpha1.ConditionInitialized, "Ready"} {
+			if !f.StatusConditions().IsTrue(cond) {
+				t.Errorf("fulfillment %s: %s is not True: %+v", f.Name, cond, f.StatusConditions().Get(cond))
+			}
+		}
+		st := f.Status.Stages
+		if st.ApplyStarted == nil || st.Applied == nil || st.Registered == nil || st.Initialized == nil {
+			t.Errorf("fulfillment %s: missing stage times %+v", f.Name, st)
+		}
+		if f.Status.Phase != claims.PhaseReady || len(f.Status.Runs) != 1 || f.Status.Runs[0].Phase != v1alpha1.RunSucceeded {
+			t.Errorf("fulfillment %s: phase %s runs %+v", f.Name, f.Status.Phase, f.Status.Runs)
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, f.Status.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("node of %s: %v", f.Name, err)
+		}
+		if node.Spec.ProviderID != f.Status.ProviderID || node.Labels[corev1.LabelInstanceTypeStable] != f.Spec.NodeType {
+			t.Errorf("node %s: providerID %q type %q", node.Name, node.Spec.ProviderID, node.Labels[corev1.LabelInstanceTypeStable])
+		}
+		// The token was revoked at registration and never written to the run's log.
+		token := tokenOf(t, ctx, f)
+		tokenID, _, _ := strings.Cut(token, ".")
+		if _, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tokenID, metav1.GetOptions{}); err == nil {
+			t.Errorf("fulfillment %s: token secret still exists after join", f.Name)
+		}
+		runLog, err := os.ReadFile(f.Status.Runs[0].Log)
+		if err != nil {
+			t.Fatalf("reading the run log of %s: %v", f.Name, err)
+		}
+		if !strings.Contains(string(runLog), `"type":"apply_complete"`) {
+			t.Errorf("run log of %s shows no completed apply", f.Name)
+		}
+		if strings.Contains(string(runLog), token) || strings.Contains(string(runLog), strings.SplitN(token, ".", 2)[1]) {
+			t.Errorf("run log of %s contains the bootstrap token", f.Name)
+		}
+	}
+	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: claims.LabelNodeClaim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens.Items) != 0 {
+		t.Errorf("%d bootstrap token secrets left after every node joined", len(tokens.Items))
+	}
+	out := kubectl(t, "get", "fulfillments")
+	for _, col := range []string{"TYPE", "PHASE", "REASON", "PROVIDERID", "RUN", "AGE"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("kubectl get fulfillments lacks column %s:\n%s", col, out)
+		}
+	}
+	if strings.Count(out, claims.PhaseReady) < len(ffs) {
+		t.Errorf("kubectl get fulfillments does not show every claim Ready:\n%s", out)
+	}
+
+	deploy := &appsv1.Deployment{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "basic"}, deploy); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(deploy.DeepCopy())
+	deploy.Spec.Replicas = new(int32)
+	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, 4*time.Minute, "consolidation to destroy every node and remove its state", func(ctx context.Context) (bool, error) {
+		ok, _, err := devenv.Drained(ctx, env.kube)
+		return ok, err
+	})
+	assertNoMachines(t)
+	cleanup(t, "basic", "e2e-basic", "e2e-basic")
+}
+
+// TestInsufficientCapacityReplans: the cheapest type's apply fails with a capacity error;
+// Karpenter plans again onto the other type, and the failed offering is not tried again while
+// it is marked unavailable.
+func TestInsufficientCapacityReplans(t *testing.T) {
+	ctx := ctxFor(t, 8*time.Minute)
+	tr := trackFulfillments(t)
+	create(t, ctx,
+		nodeClass("e2e-ice", nodeType("ice-soldout", "0.01", map[string]string{"apply_error": "capacity"}), nodeType("ice-ok", "0.02", nil)),
+		nodePool("e2e-ice", "e2e-ice"),
+	)
+	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, env.kube, "e2e-ice")
+	})
+	create(t, ctx, deployment("ice", "e2e-ice", 1, "500m"))
+	eventually(t, ctx, 4*time.Minute, "the pod to be bound", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "ice"}, 1)
+	})
+	pods := &corev1.PodList{}
+	if err := env.kube.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"app": "ice"}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: pods.Items[0].Spec.NodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Labels[corev1.LabelInstanceTypeStable]; got != "ice-ok" {
+		t.Errorf("pod landed on a %s node, want ice-ok", got)
+	}
+	soldOut := tr.byType("ice-soldout")
+	if len(soldOut) != 1 {
+		t.Fatalf("%d claims tried ice-soldout, want exactly 1 (the offering must be marked unavailable after the capacity error)", len(soldOut))
+	}
+	eventually(t, ctx, 2*time.Minute, "the failed claim to be destroyed", func(ctx context.Context) (bool, error) {
+		err := env.kube.Get(ctx, client.ObjectKeyFromObject(soldOut[0]), &v1alpha1.Fulfillment{})
+		return client.IgnoreNotFound(err) == nil && err != nil, client.IgnoreNotFound(err)
+	})
+	last := tr.byType("ice-soldout")[0]
+	applied := last.StatusConditions().Get(v1alpha1.ConditionApplied)
+	if applied == nil || !applied.IsFalse() || applied.Reason != "InsufficientCapacity" || !strings.Contains(applied.Message, "resource_unavailable") {
+		t.Errorf("failed claim's Applied condition = %+v, want False/InsufficientCapacity naming resource_unavailable", applied)
+	}
+	cleanup(t, "ice", "e2e-ice", "e2e-ice")
+}
+
+// TestNeverJoinsIsCleanedUp: a machine that never joins is replaced after the node type's join
+// timeout, and its machine is destroyed, not leaked.
+func TestNeverJoinsIsCleanedUp(t *testing.T) {
+	ctx := ctxFor(t, 8*time.Minute)
+	tr := trackFulfillments(t)
+	silent := nodeType("silent", "0.01", map[string]string{"never_join": "true"})
+	silent.JoinTimeout = &metav1.Duration{Duration: 15 * time.Second}
+	create(t, ctx, nodeClass("e2e-silent", silent), nodePool("e2e-silent", "e2e-silent"))
+	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, env.kube, "e2e-silent")
+	})
+	create(t, ctx, deployment("silent", "e2e-silent", 1, "500m"))
+	var first *v1alpha1.Fulfillment
+	eventually(t, ctx, 3*time.Minute, "a claim to time out joining and be destroyed", func(ctx context.Context) (bool, error) {
+		for _, f := range tr.byType("silent") {
+			joined := f.StatusConditions().Get(v1alpha1.ConditionJoined)
+			if joined != nil && joined.IsFalse() && joined.Reason == claims.ReasonJoinTimeout &&
+				f.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
+				first = f
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if _, err := os.Stat(filepath.Join(env.vars["SIM_DIR"], first.Name)); !os.IsNotExist(err) {
+		t.Errorf("machine of %s still has its state dir after destroy (err %v)", first.Name, err)
+	}
+	eventually(t, ctx, time.Minute, "nodeclaim "+first.Name+" to be gone", func(ctx context.Context) (bool, error) {
+		err := env.kube.Get(ctx, client.ObjectKey{Name: first.Name}, &karpv1.NodeClaim{})
+		return err != nil, client.IgnoreNotFound(err)
+	})
+	cleanup(t, "silent", "e2e-silent", "e2e-silent")
+}
+
+// TestControllerRestartMidApply kills the controller while applies are in flight: the runs go
+// on, the restarted controller adopts them, and no claim gets a second apply or is lost.
+func TestControllerRestartMidApply(t *testing.T) {
+	ctx := ctxFor(t, 8*time.Minute)
+	create(t, ctx,
+		nodeClass("e2e-restart", nodeType("slow", "0.01", map[string]string{"apply_delay": "8"})),
+		nodePool("e2e-restart", "e2e-restart"),
+	)
+	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, env.kube, "e2e-restart")
+	})
+	create(t, ctx, deployment("restart", "e2e-restart", 3, "900m"))
+	eventually(t, ctx, 2*time.Minute, "applies to be in flight", func(ctx context.Context) (bool, error) {
+		n := 0
+		for _, f := range fulfillments(t, ctx) {
+			if len(f.Status.Runs) > 0 && f.Status.Runs[0].Phase == v1alpha1.RunRunning {
+				n++
+			}
+		}
+		return n >= 2, nil
+	})
+	pidData, err := os.ReadFile(devenv.Layout{Dir: env.dir}.ControllerPID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidData)))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the controller: %v", err)
+	}
+	eventually(t, ctx, 4*time.Minute, "3 pods to be bound after the restart", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "restart"}, 3)
+	})
+	eventually(t, ctx, 2*time.Minute, "fulfillments to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.FulfillmentsReady(ctx, env.kube)
+	})
+	if data, _ := os.ReadFile(devenv.Layout{Dir: env.dir}.ControllerPID()); strings.TrimSpace(string(data)) == strconv.Itoa(pid) {
+		t.Fatal("the controller was not restarted")
+	}
+	ffs := fulfillments(t, ctx)
+	claimList := &karpv1.NodeClaimList{}
+	if err := env.kube.List(ctx, claimList); err != nil {
+		t.Fatal(err)
+	}
+	if len(claimList.Items) != len(ffs) {
+		t.Errorf("%d nodeclaims but %d fulfillments", len(claimList.Items), len(ffs))
+	}
+	runs, err := os.ReadDir(devenv.Layout{Dir: env.dir}.Runs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range ffs {
+		applies := 0
+		for _, r := range f.Status.Runs {
+			if r.Operation == "apply" {
+				applies++
+			}
+		}
+		started := 0
+		for _, r := range runs {
+			if strings.HasPrefix(r.Name(), f.Name+"-apply-") {
+				started++
+			}
+		}
+		if applies != 1 || started != 1 {
+			t.Errorf("fulfillment %s: %d apply runs recorded, %d started, want 1 and 1", f.Name, applies, started)
+		}
+	}
+	cleanup(t, "restart", "e2e-restart", "e2e-restart")
+}
