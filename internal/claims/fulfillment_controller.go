@@ -79,6 +79,9 @@ type claimState struct {
 	events []events.Event
 	// removeFinalizer is set by the finalizer once the machine and its state are gone
 	removeFinalizer bool
+	// replaceClaim asks Karpenter to replace the claim; done only after the status that
+	// says why is written.
+	replaceClaim bool
 }
 
 type stage interface {
@@ -123,7 +126,7 @@ func (c *FulfillmentController) Reconcile(ctx context.Context, f *v1alpha1.Fulfi
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	return c.finish(ctx, s, f, []stage{&bootstrapStage{c}, &applyStage{c}, &joinStage{c}, &initializationStage{c}})
+	return c.finish(ctx, s, f, []stage{&bootstrapStage{c}, &tokenStage{c}, &applyStage{c}, &joinStage{c}, &initializationStage{c}, replaceStage{}})
 }
 
 func (c *FulfillmentController) gather(ctx context.Context, f *v1alpha1.Fulfillment) (*claimState, error) {
@@ -164,13 +167,23 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 	}
 	s.f.Status.Phase, s.f.Status.Reason, s.f.Status.Message = phase(s.f)
 	if !equality.Semantic.DeepEqual(orig.Status, s.f.Status) {
-		if err := c.kube.Status().Patch(ctx, s.f, client.MergeFrom(orig)); err != nil {
-			if apierrors.IsNotFound(err) {
-				return reconcile.Result{}, nil
-			}
+		// Optimistic lock: a reconcile that worked from a stale copy must not overwrite what
+		// a newer one wrote (lists such as conditions and runs are replaced whole).
+		err := c.kube.Status().Patch(ctx, s.f, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case apierrors.IsNotFound(err):
+			return reconcile.Result{}, nil
+		case apierrors.IsConflict(err):
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, errors.Join(errs...)
+		case err != nil:
 			errs = append(errs, fmt.Errorf("writing status: %w", err))
-		} else {
+		default:
 			c.recorder.Publish(s.events...)
+		}
+	}
+	if s.replaceClaim {
+		if err := c.deleteClaim(ctx, s); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if s.removeFinalizer {
@@ -181,6 +194,15 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 		}
 	}
 	return result, errors.Join(errs...)
+}
+
+// replaceStage asks for a claim that failed for good to be replaced, also when an earlier
+// attempt to delete it did not go through.
+type replaceStage struct{}
+
+func (replaceStage) reconcile(_ context.Context, s *claimState) (reconcile.Result, error) {
+	s.replaceClaim = s.replaceClaim || failed(s)
+	return reconcile.Result{}, nil
 }
 
 func mergeResults(a, b reconcile.Result) reconcile.Result {

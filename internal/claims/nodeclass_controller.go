@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/awslabs/operatorpkg/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,7 +69,10 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	if equality.Semantic.DeepEqual(nc.Status, updated.Status) {
 		return reconcile.Result{}, nil
 	}
-	if err := c.kube.Status().Patch(ctx, updated, client.MergeFrom(nc)); err != nil {
+	if err := c.kube.Status().Patch(ctx, updated, client.MergeFromWithOptions(nc, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
 		return reconcile.Result{}, fmt.Errorf("writing nodeclass status: %w", err)
 	}
 	before, after := nc.StatusConditions().Root(), conds.Root()

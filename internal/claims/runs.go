@@ -63,7 +63,7 @@ func (c *FulfillmentController) finishRun(run *v1alpha1.Run, st tfrunner.RunStat
 		now = metav1.NewTime(st.Result.Finished)
 	}
 	run.CompletionTime = &now
-	run.Phase = v1alpha1.RunSucceeded
+	run.Phase, run.Message = v1alpha1.RunSucceeded, ""
 	if st.Result == nil || !st.Result.Succeeded {
 		run.Phase = v1alpha1.RunFailed
 		run.ErrorClass, run.Message = string(tfrunner.Unknown), "run failed without a result"

@@ -41,6 +41,10 @@ func (a *applyStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 	}
 	run.Log = st.LogPath
 	if st.Phase == tfrunner.RunPending || st.Phase == tfrunner.RunRunning {
+		if st.Progress != "" && st.Progress != run.Message {
+			run.Message = st.Progress
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, "Applying", run.Name+": "+st.Progress)
+		}
 		return reconcile.Result{RequeueAfter: pollInterval}, nil
 	}
 	a.c.finishRun(run, st)
@@ -109,13 +113,15 @@ func (a *applyStage) failed(ctx context.Context, s *claimState, run *v1alpha1.Ru
 	case class.InsufficientCapacity():
 		a.c.unavailable.MarkUnavailable(s.f.Spec.NodeType, s.f.Spec.Zone, s.f.Spec.CapacityType)
 		s.conds.SetFalse(v1alpha1.ConditionApplied, run.ErrorClass, run.Message)
-		return reconcile.Result{}, a.c.deleteClaim(ctx, s)
+		s.replaceClaim = true
+		return reconcile.Result{}, nil
 	case (class.Retryable() || class == tfrunner.Unknown) && run.Attempt < a.c.opts.MaxApplyAttempts:
 		wait := a.c.backoff(run.Attempt)
 		s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, run.ErrorClass, fmt.Sprintf("%s (retrying in %s)", run.Message, wait))
 		return reconcile.Result{RequeueAfter: wait}, nil
 	default:
 		s.conds.SetFalse(v1alpha1.ConditionApplied, run.ErrorClass, run.Message)
-		return reconcile.Result{}, a.c.deleteClaim(ctx, s)
+		s.replaceClaim = true
+		return reconcile.Result{}, nil
 	}
 }

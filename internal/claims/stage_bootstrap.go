@@ -61,10 +61,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	ttl := DefaultTokenTTL
-	if d := s.nc.Spec.Bootstrap.TokenTTL.Duration; d > 0 {
-		ttl = d
-	}
+	ttl := tokenTTL(s.nc)
 	labels := map[string]string{LabelNodeClaim: s.f.Name}
 	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
 		Expires:     b.c.clock.Now().Add(ttl),

@@ -42,6 +42,10 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 			return reconcile.Result{RequeueAfter: pollInterval}, nil
 		}
 		d.c.finishRun(apply, st)
+		if apply.Phase == v1alpha1.RunFailed && !s.conds.IsTrue(v1alpha1.ConditionApplied) {
+			// The apply ended while the claim was being deleted: record how.
+			s.conds.SetFalse(v1alpha1.ConditionApplied, apply.ErrorClass, apply.Message)
+		}
 	}
 	if lastRun(s.f, tfrunner.Apply) == nil {
 		// Nothing was ever applied: no machine and no state can exist.

@@ -55,7 +55,8 @@ func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 		msg := fmt.Sprintf("no node registered with provider id %s within %s of the apply", s.f.Status.ProviderID, timeout)
 		s.conds.SetFalse(v1alpha1.ConditionJoined, ReasonJoinTimeout, msg)
 		s.events = append(s.events, joinTimeoutEvent(s.f, msg))
-		return reconcile.Result{}, j.c.deleteClaim(ctx, s)
+		s.replaceClaim = true
+		return reconcile.Result{}, nil
 	}
 	s.conds.SetUnknownWithReason(v1alpha1.ConditionJoined, "AwaitingNode", "machine created, waiting for its node to register")
 	return reconcile.Result{RequeueAfter: min(5*time.Second, timeout-waited)}, nil

@@ -4,6 +4,7 @@ package operator
 
 import (
 	"os/exec"
+	"time"
 
 	"github.com/samber/lo"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
@@ -44,6 +45,7 @@ func Run() {
 			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
 		WithControllers(ctx,
 			claims.NewNodeClassController(op.GetClient(), op.Clock, op.EventRecorder),
+			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
 				Namespace: opts.Namespace,
 				TofuPath:  tofu,

@@ -3,8 +3,10 @@ package tfrunner
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -34,6 +36,9 @@ type RunStatus struct {
 	Result    *Result
 	LogPath   string
 	StartTime time.Time
+	// Progress is the latest message tofu reported while the run goes on (e.g.
+	// "terraform_data.machine: Creating..."), for status displays.
+	Progress string
 }
 
 // Executor starts runs somewhere (a child process, a Kubernetes Job) and reports on them. Runs
@@ -236,6 +241,7 @@ func (e *LocalExecutor) Status(ctx context.Context, name string) (RunStatus, err
 	switch {
 	case hasPID && runnerAlive(pid, dir):
 		st.Phase = RunRunning
+		st.Progress = lastProgress(st.LogPath)
 		return st, nil
 	case !hasPID && time.Since(info.ModTime()) < startWindow:
 		return st, nil
@@ -363,4 +369,34 @@ func runnerAlive(pid int, dir string) bool {
 		}
 	}
 	return false
+}
+
+// lastProgress returns the @message of the last tofu UI line in the tail of a run log.
+func lastProgress(logPath string) string {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const tailSize = 8 << 10
+	if info, err := f.Stat(); err == nil && info.Size() > tailSize {
+		if _, err := f.Seek(-tailSize, io.SeekEnd); err != nil {
+			return ""
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(data, []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		var msg struct {
+			Message string `json:"@message"`
+			Module  string `json:"@module"`
+		}
+		if json.Unmarshal(lines[i], &msg) == nil && msg.Module == "tofu.ui" && msg.Message != "" {
+			return oneLine(msg.Message, maxMessageLen)
+		}
+	}
+	return ""
 }

@@ -16,11 +16,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -90,6 +92,9 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		dumpLogs()
+		if keep := os.Getenv("E2E_KEEP_LOGS"); keep != "" {
+			_ = exec.Command("cp", "-r", env.dir, keep).Run()
+		}
 	}
 	return code
 }
@@ -304,3 +309,38 @@ func tokenOf(t *testing.T, ctx context.Context, f *v1alpha1.Fulfillment) string 
 	}
 	return jc.Discovery.BootstrapToken.Token
 }
+
+// whoAmI authenticates with a bootstrap token.
+func whoAmI(ctx context.Context, token string) (*authenticationv1.SelfSubjectReview, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", devenv.Layout{Dir: env.dir}.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	anon := rest.AnonymousClientConfig(cfg)
+	anon.BearerToken = token
+	cs, err := kubernetes.NewForConfig(anon)
+	if err != nil {
+		return nil, err
+	}
+	return cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+}
+
+// orphanToken creates a bootstrap token Secret of a claim that does not exist; the orphan
+// collector must delete it.
+func orphanToken(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	tok, err := bootstrap.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
+		Expires: time.Now().Add(time.Hour), Labels: map[string]string{claims.LabelNodeClaim: orphanClaim},
+	})
+	if err := env.kube.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	return secret.Name
+}
+
+// orphanClaim names the claim of orphanToken, which never exists.
+const orphanClaim = "gone-claim"

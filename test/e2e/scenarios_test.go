@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -26,6 +27,7 @@ import (
 // destroys the machines and removes their states.
 func TestScaleUpAndDown(t *testing.T) {
 	ctx := ctxFor(t, 10*time.Minute)
+	orphan := orphanToken(t, ctx)
 	create(t, ctx,
 		nodeClass("e2e-basic", nodeType("basic-small", "0.01", nil), nodeType("basic-large", "0.03", map[string]string{"cpu": "4"})),
 		nodePool("e2e-basic", "e2e-basic"),
@@ -93,6 +95,11 @@ func TestScaleUpAndDown(t *testing.T) {
 		if _, err := cs.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tokenID, metav1.GetOptions{}); err == nil {
 			t.Errorf("fulfillment %s: token secret still exists after join", f.Name)
 		}
+		// Refused at once, or within the API server's 10s cache of successful authentications.
+		eventually(t, ctx, 30*time.Second, "the token of "+f.Name+" to be refused", func(ctx context.Context) (bool, error) {
+			_, err := whoAmI(ctx, token)
+			return apierrors.IsUnauthorized(err), nil
+		})
 		runLog, err := os.ReadFile(f.Status.Runs[0].Log)
 		if err != nil {
 			t.Fatalf("reading the run log of %s: %v", f.Name, err)
@@ -104,7 +111,7 @@ func TestScaleUpAndDown(t *testing.T) {
 			t.Errorf("run log of %s contains the bootstrap token", f.Name)
 		}
 	}
-	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: claims.LabelNodeClaim})
+	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: claims.LabelNodeClaim + ",karpenter.sh/nodeclaim!="+orphanClaim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +142,48 @@ func TestScaleUpAndDown(t *testing.T) {
 		return ok, err
 	})
 	assertNoMachines(t)
+	eventually(t, ctx, 2*time.Minute, "the orphaned token to be collected", func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Secrets("kube-system").Get(ctx, orphan, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 	cleanup(t, "basic", "e2e-basic", "e2e-basic")
+}
+
+// TestLateBootJoinsWithExtendedToken: a machine that boots after its token's first expiry
+// still joins, because the token of an unjoined claim is extended; once it registered, the
+// token is refused.
+func TestLateBootJoinsWithExtendedToken(t *testing.T) {
+	ctx := ctxFor(t, 8*time.Minute)
+	const ttl = 20 * time.Second
+	late := nodeType("late", "0.01", map[string]string{"boot_delay": "35s"})
+	late.JoinTimeout = &metav1.Duration{Duration: 2 * time.Minute}
+	class := nodeClass("e2e-late", late)
+	class.Spec.Bootstrap.TokenTTL = metav1.Duration{Duration: ttl}
+	create(t, ctx, class, nodePool("e2e-late", "e2e-late"))
+	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, env.kube, "e2e-late")
+	})
+	create(t, ctx, deployment("late", "e2e-late", 1, "500m"))
+	eventually(t, ctx, 3*time.Minute, "the pod to be bound", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "late"}, 1)
+	})
+	ffs := fulfillments(t, ctx)
+	if len(ffs) != 1 {
+		t.Fatalf("%d fulfillments, want 1", len(ffs))
+	}
+	f := ffs[0]
+	if f.Status.Stages.Registered == nil || f.Status.Stages.ClaimCreated == nil {
+		t.Fatalf("stages %+v", f.Status.Stages)
+	}
+	if waited := f.Status.Stages.Registered.Sub(f.Status.Stages.ClaimCreated.Time); waited <= ttl {
+		t.Fatalf("node registered %s after the claim, within the token's first %s: nothing was extended", waited, ttl)
+	}
+	token := tokenOf(t, ctx, &f)
+	eventually(t, ctx, 30*time.Second, "the token to be refused after registration", func(ctx context.Context) (bool, error) {
+		_, err := whoAmI(ctx, token)
+		return apierrors.IsUnauthorized(err), nil
+	})
+	cleanup(t, "late", "e2e-late", "e2e-late")
 }
 
 // TestInsufficientCapacityReplans: the cheapest type's apply fails with a capacity error;

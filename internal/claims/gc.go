@@ -1,0 +1,78 @@
+package claims
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+// orphanGracePeriod protects objects a claim is creating right now (its Fulfillment may be
+// written a moment after its token).
+const orphanGracePeriod = time.Minute
+
+// OrphanCollector deletes the bootstrap tokens and user data of claims whose Fulfillment is
+// gone: a token must never outlive the claim it was minted for.
+type OrphanCollector struct {
+	kube      client.Client
+	secrets   client.Reader
+	clock     clock.Clock
+	namespace string
+	interval  time.Duration
+}
+
+func NewOrphanCollector(kube client.Client, secrets client.Reader, clk clock.Clock, namespace string, interval time.Duration) *OrphanCollector {
+	return &OrphanCollector{kube: kube, secrets: secrets, clock: clk, namespace: namespace, interval: interval}
+}
+
+// Register runs the collector on the leader, every interval.
+func (o *OrphanCollector) Register(_ context.Context, m manager.Manager) error {
+	return m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		for {
+			if err := o.Collect(ctx); err != nil {
+				log.FromContext(ctx).Error(err, "collecting orphaned bootstrap tokens")
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-o.clock.After(o.interval):
+			}
+		}
+	}))
+}
+
+// Collect deletes every token and user data Secret whose claim has no Fulfillment.
+func (o *OrphanCollector) Collect(ctx context.Context) error {
+	for _, ns := range []string{"kube-system", o.namespace} {
+		list := &corev1.SecretList{}
+		if err := o.secrets.List(ctx, list, client.InNamespace(ns), client.HasLabels{LabelNodeClaim}); err != nil {
+			return fmt.Errorf("listing claim secrets in %s: %w", ns, err)
+		}
+		for i := range list.Items {
+			secret := &list.Items[i]
+			if o.clock.Since(secret.CreationTimestamp.Time) < orphanGracePeriod {
+				continue
+			}
+			err := o.secrets.Get(ctx, client.ObjectKey{Name: secret.Labels[LabelNodeClaim]}, &v1alpha1.Fulfillment{})
+			if !apierrors.IsNotFound(err) {
+				if err != nil {
+					return fmt.Errorf("reading fulfillment: %w", err)
+				}
+				continue
+			}
+			if err := o.kube.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting orphaned secret %s/%s: %w", secret.Namespace, secret.Name, err)
+			}
+			log.FromContext(ctx).Info("deleted secret of a claim that no longer exists", "secret", client.ObjectKeyFromObject(secret), "nodeclaim", secret.Labels[LabelNodeClaim])
+		}
+	}
+	return nil
+}
