@@ -24,6 +24,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // ProviderName is the CloudProvider's name in Karpenter's metrics.
@@ -33,7 +34,7 @@ const ProviderName = "fulfiller"
 const FinalizerDestroy = v1alpha1.Group + "/destroy"
 
 // LabelNodeClaim marks objects that belong to one claim (token Secrets, user data, runs).
-const LabelNodeClaim = "karpenter.sh/nodeclaim"
+const LabelNodeClaim = tfrunner.LabelNodeClaim
 
 var resourcePods110 = resource.MustParse("110")
 

@@ -15,7 +15,12 @@ import (
 // Main is the `fulfiller run` command; args are the arguments after "run":
 //
 //	--request PATH  the request file (written by WriteRequest)
-//	--result PATH   where to write the result (default: result.json next to the request)
+//	--result PATH   where to write the result (default: result.json next to the request,
+//	                unless --termination-log is given)
+//	--work-dir PATH run in this folder instead of the request's workDir (a Job's emptyDir)
+//	--termination-log PATH
+//	                write the result, compact and at most MaxTerminationMessage bytes, in
+//	                place to PATH (a container's termination message file)
 //
 // The run log goes to stdout (the local executor points stdout at run.log; in a Job it is
 // what `kubectl logs` shows). SIGINT and SIGTERM interrupt tofu, which releases its state
@@ -30,14 +35,16 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	flags.SetOutput(stderr)
 	requestPath := flags.String("request", "", "path of the request file")
 	resultPath := flags.String("result", "", "path of the result file (default: "+ResultFileName+" next to the request)")
+	workDir := flags.String("work-dir", "", "run in this folder instead of the request's workDir")
+	terminationLog := flags.String("termination-log", "", "write the compact result in place to this file (a container's termination message)")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
 	if *requestPath == "" || flags.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: fulfiller run --request PATH [--result PATH]")
+		fmt.Fprintln(stderr, "usage: fulfiller run --request PATH [--result PATH] [--work-dir PATH] [--termination-log PATH]")
 		return 2
 	}
-	if *resultPath == "" {
+	if *resultPath == "" && *terminationLog == "" {
 		*resultPath = filepath.Join(filepath.Dir(*requestPath), ResultFileName)
 	}
 
@@ -51,11 +58,22 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		res = Result{Started: now, Finished: now, Error: newRunError(Unknown, "reading request: "+err.Error())}
 		fmt.Fprintf(stderr, "fulfiller run: reading request: %v\n", err)
 	} else {
+		if *workDir != "" {
+			req.WorkDir = *workDir
+		}
 		res = Run(ctx, req, stdout)
 	}
-	if err := WriteResult(*resultPath, res); err != nil {
-		fmt.Fprintf(stderr, "fulfiller run: %v\n", err)
-		return 1
+	if *terminationLog != "" {
+		if err := writeTerminationLog(*terminationLog, res); err != nil {
+			fmt.Fprintf(stderr, "fulfiller run: %v\n", err)
+			return 1
+		}
+	}
+	if *resultPath != "" {
+		if err := WriteResult(*resultPath, res); err != nil {
+			fmt.Fprintf(stderr, "fulfiller run: %v\n", err)
+			return 1
+		}
 	}
 	if !res.Succeeded {
 		return 1

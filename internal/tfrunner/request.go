@@ -52,6 +52,9 @@ type Request struct {
 	TofuPath string `json:"tofuPath"`
 	// LockTimeout is how long tofu retries a held state lock (0: fail at once).
 	LockTimeout time.Duration `json:"lockTimeout,omitempty"`
+	// Labels go on what the executor creates for the run (the Job executor's Job, pod and
+	// Secret), e.g. LabelNodeClaim.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Result is the outcome of a run, written by the runner process for its parent.

@@ -260,7 +260,7 @@ func writeVarsFile(path string, vars map[string]any, info *ModuleInfo) (passed, 
 
 // runEnv is the whole environment of tofu and its provisioners: a few variables of the
 // runner's own environment, settings that make tofu independent of the runner's home folder,
-// then Request.Env, which wins.
+// the runner's TofuEnvPrefix variables without the prefix, then Request.Env, which wins.
 func runEnv(req Request) (map[string]string, error) {
 	env := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	for _, k := range []string{"PATH", "TMPDIR", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR"} {
@@ -282,6 +282,7 @@ func runEnv(req Request) (map[string]string, error) {
 	if exe, err := os.Executable(); err == nil {
 		env["FULFILLER_BINARY"] = exe
 	}
+	maps.Copy(env, tofuEnvFromRunner())
 	maps.Copy(env, req.Env)
 	if bad := tfexec.ProhibitedEnv(env); len(bad) > 0 {
 		sort.Strings(bad)

@@ -111,7 +111,7 @@ func TestScaleUpAndDown(t *testing.T) {
 			t.Errorf("run log of %s contains the bootstrap token", f.Name)
 		}
 	}
-	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: claims.LabelNodeClaim + ",karpenter.sh/nodeclaim!="+orphanClaim})
+	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: claims.LabelNodeClaim + ",karpenter.sh/nodeclaim!=" + orphanClaim})
 	if err != nil {
 		t.Fatal(err)
 	}

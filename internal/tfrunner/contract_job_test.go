@@ -1,0 +1,278 @@
+package tfrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
+)
+
+// runnerNodeLabel keeps runner pods on the stand-in kubelet's node.
+const runnerNodeLabel = "fulfiller.sh/runner"
+
+// jobCluster is a control plane with a stand-in kubelet whose pods run this test binary as
+// the runner.
+type jobCluster struct {
+	cp        *testenv.ControlPlane
+	client    kubernetes.Interface
+	namespace string
+	kubelet   *kubelet.Kubelet
+	logPath   string
+}
+
+// startJobCluster starts the control plane and the stand-in kubelet for one test; both stop
+// when it ends.
+func startJobCluster(t *testing.T) *jobCluster {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cp, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(cancel)
+	client, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &jobCluster{cp: cp, client: client, namespace: "runs", logPath: filepath.Join(t.TempDir(), "kubelet.log")}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().ServiceAccounts(c.namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "fulfiller-runner"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := cp.IssueServingCert([]net.IP{net.ParseIP("127.0.0.1")}, []string{"runner-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(c.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logMu sync.Mutex
+	k, err := kubelet.Start(ctx, kubelet.Config{
+		Client:         client,
+		NodeName:       "runner-node",
+		Labels:         map[string]string{runnerNodeLabel: "true"},
+		Dir:            t.TempDir(),
+		Binaries:       map[string]string{"fulfiller": exe},
+		Env:            []string{mainEnv + "=1"},
+		ServingCertPEM: certPEM, ServingKeyPEM: keyPEM,
+		ClientCAPEM: cp.CAPEM,
+		Logf: func(format string, args ...any) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			fmt.Fprintf(logFile, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.kubelet = k
+	t.Cleanup(func() {
+		k.Stop()
+		_ = logFile.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(c.logPath)
+			t.Logf("stand-in kubelet log:\n%s", data)
+		}
+	})
+	return c
+}
+
+func (c *jobCluster) executor() *JobExecutor {
+	return &JobExecutor{
+		Client:             c.client,
+		Namespace:          c.namespace,
+		Image:              "fulfiller:test",
+		Command:            []string{"fulfiller"}, // the test binary takes Main's flags directly
+		ServiceAccountName: "fulfiller-runner",
+		Grace:              20 * time.Second,
+		MaxConcurrent:      8,
+		NodeSelector:       map[string]string{runnerNodeLabel: "true"},
+	}
+}
+
+// kubectlLogs is `kubectl logs job/<name>` against the control plane.
+func (c *jobCluster) kubectlLogs(t *testing.T, job string, flags ...string) (string, error) {
+	t.Helper()
+	kubectl, err := testenv.Tool("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubectl, "--kubeconfig", c.cp.Kubeconfig, "-n", c.namespace, "logs", "job/"+job).CombinedOutput()
+	if len(flags) > 0 {
+		out, err = exec.Command(kubectl, append([]string{"--kubeconfig", c.cp.Kubeconfig, "-n", c.namespace, "logs", "job/" + job}, flags...)...).CombinedOutput()
+	}
+	return string(out), err
+}
+
+// TestJobExecutorContract runs the executor contract with runs as Jobs on a real control
+// plane, run by the stand-in kubelet, and checks what only Jobs have: the log through
+// `kubectl logs`, the request only in an owned Secret, the deadline, the run limit.
+func TestJobExecutorContract(t *testing.T) {
+	c := startJobCluster(t)
+	t.Run("Contract", func(t *testing.T) {
+		executorContract(t, contract{
+			newExecutor: func(*testing.T) Executor { return c.executor() },
+			logs: func(t *testing.T, st RunStatus) string {
+				name, ok := strings.CutPrefix(st.LogPath, "job/")
+				if !ok {
+					t.Fatalf("log path %q", st.LogPath)
+				}
+				out, _ := c.kubectlLogs(t, name)
+				return out
+			},
+			cancelledGone: true,
+		})
+	})
+	t.Run("JobObjects", func(t *testing.T) { testJobObjects(t, c) })
+	t.Run("Credentials", func(t *testing.T) { testJobCredentials(t, c) })
+	t.Run("Deadline", func(t *testing.T) { testJobDeadline(t, c) })
+}
+
+// testJobCredentials: the keys of EnvFromSecrets reach tofu's provisioners as environment
+// variables, and their values appear nowhere in the Job.
+func testJobCredentials(t *testing.T, c *jobCluster) {
+	ctx := context.Background()
+	const token = "hcloud-token-0123456789-SECRET"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials"}, StringData: map[string]string{"HCLOUD_TOKEN": token}}
+	if _, err := c.client.CoreV1().Secrets(c.namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e := c.executor()
+	e.EnvFromSecrets = []string{"cloud-credentials"}
+	record := t.TempDir()
+	req := nodeRequest(t, "creds-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"record_dir": record})
+	req.Labels = map[string]string{LabelNodeClaim: "creds"}
+	if err := e.Start(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitDone(t, e, req.Name); st.Phase != RunSucceeded {
+		t.Fatalf("status: %+v %+v", st, st.Result)
+	}
+	if env := readFile(t, filepath.Join(record, "env")); !strings.Contains(env, "HCLOUD_TOKEN="+token+"\n") {
+		t.Errorf("the provisioner's environment has no HCLOUD_TOKEN:\n%s", env)
+	}
+	job, err := c.client.BatchV1().Jobs(c.namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(job)
+	if strings.Contains(string(data), token) || job.Labels[LabelNodeClaim] != "creds" {
+		t.Errorf("job %s", data)
+	}
+}
+
+// testJobObjects checks the Job, pod and Secret of the contract's apply: labels, no user data
+// outside the Secret, the Secret owned by the Job, the log readable with kubectl.
+func testJobObjects(t *testing.T, c *jobCluster) {
+	ctx := context.Background()
+	name := "contract-a-apply-1"
+	job, err := c.client.BatchV1().Jobs(c.namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Labels[LabelOperation] != "apply" || job.Labels[LabelManagedBy] != ManagedBy ||
+		*job.Spec.BackoffLimit != 0 || *job.Spec.TTLSecondsAfterFinished != 3600 || *job.Spec.ActiveDeadlineSeconds != 1800 ||
+		*job.Spec.Template.Spec.TerminationGracePeriodSeconds != 20 {
+		t.Errorf("job: labels %v, spec %+v", job.Labels, job.Spec)
+	}
+	pods, err := c.client.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: jobNameLabel + "=" + name})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods of %s: %d, %v", name, len(pods.Items), err)
+	}
+	for what, obj := range map[string]any{"Job": job, "pod": &pods.Items[0]} {
+		data, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertNoSecret(t, what, string(data))
+	}
+	// A restarted controller (a new executor) sees the run as it was.
+	if st, err := c.executor().Status(ctx, name); err != nil || st.Phase != RunSucceeded || st.Result.ProviderID == "" {
+		t.Errorf("status from a new executor: %+v, %v", st, err)
+	}
+	secret, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owners := secret.OwnerReferences; len(owners) != 1 || owners[0].UID != job.UID {
+		t.Errorf("secret owners: %+v", owners)
+	}
+	if !strings.Contains(string(secret.Data[RequestFileName]), "abcdef.0123456789abcdef-SECRET") {
+		t.Errorf("the request Secret does not hold the user data")
+	}
+	out, err := c.kubectlLogs(t, name)
+	if err != nil {
+		t.Fatalf("kubectl logs: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, line := range lines {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("log line is not JSON: %s", line)
+		}
+	}
+	if len(lines) < 5 || !strings.Contains(out, `"type":"apply_complete"`) {
+		t.Errorf("kubectl logs job/%s:\n%s", name, out)
+	}
+	assertNoSecret(t, "kubectl logs", out)
+	// The kubelet endpoint's query parameters: the last line, and following a finished
+	// container, which ends.
+	if tail, err := c.kubectlLogs(t, name, "--tail=1"); err != nil || tail != lines[len(lines)-1]+"\n" {
+		t.Errorf("kubectl logs --tail=1: %q, %v", tail, err)
+	}
+	if follow, err := c.kubectlLogs(t, name, "--follow"); err != nil || follow != out {
+		t.Errorf("kubectl logs --follow: %v\n%s", err, follow)
+	}
+}
+
+// testJobDeadline: a run past its deadline fails with class Timeout, and its Job counts
+// against the limit while it runs.
+func testJobDeadline(t *testing.T, c *jobCluster) {
+	ctx := context.Background()
+	e := c.executor()
+	e.ApplyDeadline = 3 * time.Second
+	e.MaxConcurrent = 1
+	eventually(t, 30*time.Second, "the contract's Jobs to finish", func() bool {
+		n, err := e.inProgress(ctx)
+		return err == nil && n == 0
+	})
+	req := nodeRequest(t, "deadline-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"sleep_seconds": "60"})
+	if err := e.Start(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	other := nodeRequest(t, "deadline-apply-2", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
+	if err := e.Start(ctx, other); !errors.Is(err, ErrBusy) {
+		t.Errorf("start beyond MaxConcurrent: %v, want ErrBusy", err)
+	}
+	st := waitDone(t, e, req.Name)
+	if st.Phase != RunFailed || st.Result.Error == nil || st.Result.Error.Class != Timeout {
+		t.Errorf("status: %+v %+v", st, st.Result)
+	}
+}

@@ -1,0 +1,533 @@
+package tfrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// Labels on runner Jobs, their pods and their request Secrets.
+const (
+	// LabelNodeClaim names the claim a run is for; callers set it through Request.Labels.
+	LabelNodeClaim = "karpenter.sh/nodeclaim"
+	// LabelOperation is the run's operation (apply or destroy).
+	LabelOperation = "fulfiller.sh/operation"
+	// LabelManagedBy marks what the fulfiller created; the Job executor counts its runs by it.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedBy is LabelManagedBy's value.
+	ManagedBy = "fulfiller"
+)
+
+// TofuEnvPrefix marks runner environment variables that are passed on to tofu without the
+// prefix. A runner Job gets the keys of JobExecutor.EnvFromSecrets this way, so credentials
+// reach tofu and its provisioners without appearing in the Job or the request.
+const TofuEnvPrefix = "FULFILLER_TOFU_ENV_"
+
+// Paths inside a runner container.
+const (
+	// TerminationLogPath is the runner container's termination message file: the runner
+	// writes its result there (compact, at most MaxTerminationMessage bytes), and the
+	// controller reads it from the pod's status instead of parsing logs.
+	TerminationLogPath = "/dev/termination-log"
+	// MaxTerminationMessage is what a kubelet keeps of a termination message.
+	MaxTerminationMessage = 4096
+
+	jobRequestDir   = "/run/request" // the request Secret, read-only
+	jobWorkDir      = "/work"        // an emptyDir: the run's Request.WorkDir
+	runnerContainer = "runner"
+	requestVolume   = "request"
+	workVolume      = "work"
+	// jobNameLabel is set by the Job controller on a Job's pods.
+	jobNameLabel = "batch.kubernetes.io/job-name"
+	// controllerUIDLabel tells pods of a deleted Job from those of a new one of the same name.
+	controllerUIDLabel = "batch.kubernetes.io/controller-uid"
+)
+
+// Defaults of JobExecutor.
+const (
+	DefaultJobDeadline      = 30 * time.Minute
+	DefaultTTLAfterFinished = time.Hour
+)
+
+// JobExecutor runs each run as a Kubernetes Job in Namespace, named after the run, running
+// `<Command> --request /run/request/request.json --work-dir /work --termination-log
+// /dev/termination-log` in Image. The request (which holds the claim's user data) is only in a
+// Secret of the same name, owned by the Job and mounted read-only; the Job's spec holds no
+// user data. The runner writes its result to the container's termination message, which
+// Status reads from the pod: no log parsing. `kubectl logs job/<name>` shows the run's log.
+//
+// The Job has no retries (backoffLimit 0: the controller decides), a deadline per operation,
+// a grace period longer than tofu's interrupt grace, and stays for TTLAfterFinished once done
+// so its log can be read. All state is in the API server, so a restarted controller finds its
+// runs with a new JobExecutor. At most MaxConcurrent Jobs labelled managed-by fulfiller are
+// active in Namespace; Start returns ErrBusy beyond that.
+type JobExecutor struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Image is the controller's image (tofu and the modules baked in).
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// Command is the runner (default "fulfiller", "run").
+	Command []string
+	// ServiceAccountName is the runners' ServiceAccount (RBAC for the state backend only).
+	ServiceAccountName string
+	// EnvFromSecrets name Secrets in Namespace whose keys become tofu's environment (through
+	// TofuEnvPrefix): the provider credentials. Request.Env, which travels in the request
+	// Secret, suits other values; Env is the runner container's own, non-secret environment.
+	EnvFromSecrets []string
+	Env            []corev1.EnvVar
+	// Resources of the runner container (default: requests 100m CPU, 256Mi memory; limit
+	// 1Gi memory).
+	Resources *corev1.ResourceRequirements
+	// ApplyDeadline and DestroyDeadline bound a run (activeDeadlineSeconds; default
+	// DefaultJobDeadline). A run past it fails with class Timeout.
+	ApplyDeadline, DestroyDeadline time.Duration
+	// TTLAfterFinished is how long a finished Job (and its log) stays (default
+	// DefaultTTLAfterFinished).
+	TTLAfterFinished time.Duration
+	// Grace is the pod's termination grace period (default TofuInterruptGrace + 30s).
+	Grace time.Duration
+	// MaxConcurrent bounds active runs (default DefaultMaxConcurrent).
+	MaxConcurrent int
+	// NodeSelector and Tolerations place runner pods.
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+
+	mu sync.Mutex // serialises Start's count and create
+}
+
+var _ Executor = (*JobExecutor)(nil)
+
+func (e *JobExecutor) grace() time.Duration {
+	if e.Grace > 0 {
+		return e.Grace
+	}
+	return TofuInterruptGrace + 30*time.Second
+}
+
+func (e *JobExecutor) deadline(op Operation) time.Duration {
+	d := e.ApplyDeadline
+	if op == Destroy {
+		d = e.DestroyDeadline
+	}
+	if d <= 0 {
+		d = DefaultJobDeadline
+	}
+	return d
+}
+
+// Start implements Executor. Request.WorkDir is replaced by the Job's working folder.
+func (e *JobExecutor) Start(ctx context.Context, req Request) error {
+	req.WorkDir = jobWorkDir
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	jobs := e.Client.BatchV1().Jobs(e.Namespace)
+	job, err := jobs.Get(ctx, req.Name, metav1.GetOptions{})
+	if err == nil {
+		return e.ensureSecret(ctx, job, req) // a Start that stopped between the two
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading Job %s: %w", req.Name, err)
+	}
+	limit := e.MaxConcurrent
+	if limit <= 0 {
+		limit = DefaultMaxConcurrent
+	}
+	if n, err := e.inProgress(ctx); err != nil {
+		return err
+	} else if n >= limit {
+		return fmt.Errorf("starting run %s: %w (%d of %d)", req.Name, ErrBusy, n, limit)
+	}
+	job, err = jobs.Create(ctx, e.job(req), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		job, err = jobs.Get(ctx, req.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("creating Job %s: %w", req.Name, err)
+	}
+	return e.ensureSecret(ctx, job, req)
+}
+
+// ensureSecret creates the request Secret, owned by the Job so that it goes with it. The pod
+// waits for it (as a kubelet waits for a missing Secret volume).
+func (e *JobExecutor) ensureSecret(ctx context.Context, job *batchv1.Job, req Request) error {
+	data, err := json.MarshalIndent(req, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding request %s: %w", req.Name, err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: req.Name, Namespace: e.Namespace, Labels: job.Labels,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{RequestFileName: data},
+	}
+	_, err = e.Client.CoreV1().Secrets(e.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating request Secret %s: %w", req.Name, err)
+	}
+	return nil
+}
+
+// inProgress counts the executor's Jobs that have not finished.
+func (e *JobExecutor) inProgress(ctx context.Context) (int, error) {
+	list, err := e.Client.BatchV1().Jobs(e.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy}).String(),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("listing runner Jobs: %w", err)
+	}
+	n := 0
+	for i := range list.Items {
+		if _, done := jobFinished(&list.Items[i]); !done && list.Items[i].DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// job builds the Job of a run. Nothing from the request but its name, operation and labels
+// goes into it.
+func (e *JobExecutor) job(req Request) *batchv1.Job {
+	lbls := maps.Clone(req.Labels)
+	if lbls == nil {
+		lbls = map[string]string{}
+	}
+	lbls[LabelOperation] = string(req.Operation)
+	lbls[LabelManagedBy] = ManagedBy
+	command := e.Command
+	if len(command) == 0 {
+		command = []string{"fulfiller", "run"}
+	}
+	var envFrom []corev1.EnvFromSource
+	for _, name := range e.EnvFromSecrets {
+		envFrom = append(envFrom, corev1.EnvFromSource{Prefix: TofuEnvPrefix, SecretRef: &corev1.SecretEnvSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name},
+		}})
+	}
+	resources := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}
+	if e.Resources != nil {
+		resources = *e.Resources
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: req.Name, Namespace: e.Namespace, Labels: lbls},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			PodReplacementPolicy:    ptr.To(batchv1.Failed), // never two runners at once
+			ActiveDeadlineSeconds:   ptr.To(int64(e.deadline(req.Operation) / time.Second)),
+			TTLSecondsAfterFinished: ptr.To(int32(orDefault(e.TTLAfterFinished, DefaultTTLAfterFinished) / time.Second)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(lbls)},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					ServiceAccountName:            e.ServiceAccountName,
+					TerminationGracePeriodSeconds: ptr.To(int64(e.grace() / time.Second)),
+					EnableServiceLinks:            ptr.To(false),
+					NodeSelector:                  e.NodeSelector,
+					Tolerations:                   e.Tolerations,
+					Containers: []corev1.Container{{
+						Name:            runnerContainer,
+						Image:           e.Image,
+						ImagePullPolicy: e.ImagePullPolicy,
+						Command:         command,
+						Args: []string{
+							"--request", jobRequestDir + "/" + RequestFileName,
+							"--work-dir", jobWorkDir,
+							"--termination-log", TerminationLogPath,
+						},
+						Env:                      e.Env,
+						EnvFrom:                  envFrom,
+						Resources:                resources,
+						TerminationMessagePath:   TerminationLogPath,
+						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: requestVolume, MountPath: jobRequestDir, ReadOnly: true},
+							{Name: workVolume, MountPath: jobWorkDir},
+						},
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: requestVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName: req.Name, DefaultMode: ptr.To[int32](0o440),
+						}}},
+						{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
+				},
+			},
+		},
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Status implements Executor. LogPath is "job/<name>", what `kubectl logs` takes.
+func (e *JobExecutor) Status(ctx context.Context, name string) (RunStatus, error) {
+	if validateName(name) != nil {
+		return RunStatus{}, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
+	}
+	job, err := e.Client.BatchV1().Jobs(e.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return RunStatus{}, fmt.Errorf("run %s: %w", name, ErrRunNotFound)
+	}
+	if err != nil {
+		return RunStatus{}, fmt.Errorf("reading Job %s: %w", name, err)
+	}
+	st := RunStatus{Name: name, Phase: RunPending, LogPath: "job/" + name, StartTime: job.CreationTimestamp.UTC()}
+	pods, err := e.pods(ctx, job)
+	if err != nil {
+		return st, err
+	}
+	op := Operation(job.Labels[LabelOperation])
+	deadline := jobCondition(job, "DeadlineExceeded")
+	// A runner that wrote its result decides, even before the Job controller has noticed;
+	// but a runner stopped by the Job's deadline reports Cancelled where Timeout is meant.
+	for _, p := range pods {
+		if res, ok := podResult(p); ok {
+			if deadline != nil && res.Error != nil && res.Error.Class == Cancelled {
+				res.Error = newRunError(Timeout, "the run's deadline passed: "+deadline.Message)
+			}
+			st.Result, st.Phase = &res, RunFailed
+			if res.Succeeded {
+				st.Phase = RunSucceeded
+			}
+			return st, nil
+		}
+	}
+	if cond, done := jobFinished(job); done {
+		res := &Result{Operation: op, Started: st.StartTime, Finished: cond.LastTransitionTime.UTC(), Error: lostRunError(job, cond, deadline, pods)}
+		st.Phase, st.Result = RunFailed, res
+		return st, nil
+	}
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodRunning {
+			st.Phase = RunRunning
+		}
+	}
+	return st, nil
+}
+
+// pods lists the pods of this Job (not of an earlier Job of the same name), newest first.
+func (e *JobExecutor) pods(ctx context.Context, job *batchv1.Job) ([]*corev1.Pod, error) {
+	list, err := e.Client.CoreV1().Pods(e.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{jobNameLabel: job.Name, controllerUIDLabel: string(job.UID)}).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods of Job %s: %w", job.Name, err)
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		pods = append(pods, &list.Items[i])
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp) })
+	return pods, nil
+}
+
+// runnerState is the runner container's terminated state, if it has ended.
+func runnerState(p *corev1.Pod) *corev1.ContainerStateTerminated {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == runnerContainer && cs.State.Terminated != nil {
+			return cs.State.Terminated
+		}
+	}
+	return nil
+}
+
+// podResult parses the result the runner left as its termination message.
+func podResult(p *corev1.Pod) (Result, bool) {
+	t := runnerState(p)
+	if t == nil || t.Message == "" {
+		return Result{}, false
+	}
+	var res Result
+	if err := json.Unmarshal([]byte(t.Message), &res); err != nil || res.Started.IsZero() {
+		return Result{}, false
+	}
+	return res, true
+}
+
+// jobFinished returns the Job's Complete or Failed condition once it has one.
+func jobFinished(job *batchv1.Job) (*batchv1.JobCondition, bool) {
+	for i, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return &job.Status.Conditions[i], true
+		}
+	}
+	return nil, false
+}
+
+// jobCondition returns a true Failed or FailureTarget condition with reason.
+func jobCondition(job *batchv1.Job, reason string) *batchv1.JobCondition {
+	for i, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobFailed || c.Type == batchv1.JobFailureTarget) && c.Status == corev1.ConditionTrue && c.Reason == reason {
+			return &job.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// lostRunError explains a finished Job whose runner left no result: its deadline passed, its
+// pod was evicted or OOM-killed, or it exited (or vanished) for another reason.
+func lostRunError(job *batchv1.Job, finished, deadline *batchv1.JobCondition, pods []*corev1.Pod) *RunError {
+	if deadline != nil {
+		return newRunError(Timeout, "the run's deadline passed: "+deadline.Message)
+	}
+	for _, p := range pods {
+		if p.Status.Reason != "" {
+			return newRunError(Unknown, fmt.Sprintf("runner pod %s: %s: %s", p.Name, p.Status.Reason, p.Status.Message))
+		}
+		if t := runnerState(p); t != nil {
+			msg := fmt.Sprintf("runner exited with code %d (%s) without a result", t.ExitCode, t.Reason)
+			if t.Reason == "OOMKilled" {
+				msg = "runner was killed for using more memory than its limit (OOMKilled)"
+			}
+			return newRunError(Unknown, msg)
+		}
+	}
+	if job.Status.Succeeded > 0 || finished.Type == batchv1.JobComplete {
+		return newRunError(Unknown, "runner exited without a result")
+	}
+	return newRunError(Unknown, fmt.Sprintf("runner Job failed without a result: %s: %s", finished.Reason, finished.Message))
+}
+
+// Cancel implements Executor: it deletes the Job (the request Secret goes with it). Its pod
+// is deleted gracefully, so the runner gets SIGTERM, interrupts tofu and waits for it to
+// release its lock, within the pod's grace period. Cancel returns once the runner has ended
+// (or the grace period and a margin passed); the run is then gone: Status reports
+// ErrRunNotFound, like a run never started. Cancelling a finished run does nothing, so its
+// log stays readable.
+func (e *JobExecutor) Cancel(ctx context.Context, name string) error {
+	if validateName(name) != nil {
+		return fmt.Errorf("run %q: %w", name, ErrRunNotFound)
+	}
+	jobs := e.Client.BatchV1().Jobs(e.Namespace)
+	job, err := jobs.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("run %s: %w", name, ErrRunNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("reading Job %s: %w", name, err)
+	}
+	if _, done := jobFinished(job); done {
+		return nil
+	}
+	err = jobs.Delete(ctx, name, metav1.DeleteOptions{
+		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+		Preconditions:     &metav1.Preconditions{UID: &job.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Job %s: %w", name, err)
+	}
+	timer := time.NewTimer(e.grace() + 30*time.Second)
+	defer timer.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		pods, err := e.pods(ctx, job)
+		if err == nil && runnersEnded(pods) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return fmt.Errorf("cancelling run %s: %w", name, errStillRunning)
+		case <-tick.C:
+		}
+	}
+}
+
+// runnersEnded reports whether no pod of a deleted Job runs its runner any more.
+func runnersEnded(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if runnerState(p) == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
+			(p.Spec.NodeName != "" || p.DeletionTimestamp == nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// TerminationMessage encodes res for a container's termination message: compact JSON of at
+// most MaxTerminationMessage bytes. Outputs other than those Result already names go first,
+// then addresses, then the error message is shortened.
+func TerminationMessage(res Result) ([]byte, error) {
+	data, err := json.Marshal(res)
+	if err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	res.Outputs = nil
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	res.Addresses = nil
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	if res.Error != nil {
+		res.Error = &RunError{Class: res.Error.Class, Message: oneLine(res.Error.Message, 100)}
+	}
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	return nil, errors.New("result does not fit in a termination message")
+}
+
+// writeTerminationLog writes the result in place: a termination message file is a bind
+// mount that cannot be replaced by a rename.
+func writeTerminationLog(path string, res Result) error {
+	data, err := TerminationMessage(res)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing termination message: %w", err)
+	}
+	return nil
+}
+
+// tofuEnvFromRunner returns the runner's TofuEnvPrefix variables without the prefix.
+func tofuEnvFromRunner() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if rest, ok := strings.CutPrefix(kv, TofuEnvPrefix); ok {
+			if k, v, ok := strings.Cut(rest, "="); ok && k != "" {
+				env[k] = v
+			}
+		}
+	}
+	return env
+}
