@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -194,7 +193,7 @@ func (c *controller) start() error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(2)
+	ports, err := testenv.FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -326,25 +325,6 @@ func processAlive(pid int) bool {
 	// A zombie has exited; only its parent has not reaped it yet.
 	fields := strings.Fields(string(data))
 	return len(fields) < 3 || fields[2] != "Z"
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func tail(path string, n int) string {

@@ -1,12 +1,10 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,13 +50,9 @@ func admin(t *testing.T) kubernetes.Interface {
 // mintToken creates a bootstrap token Secret expiring at expires, as the controller does.
 func mintToken(ctx context.Context, t *testing.T, expires time.Time) bootstrap.Token {
 	t.Helper()
-	tok, err := bootstrap.NewToken()
+	tok, err := testenv.MintToken(ctx, admin(t), expires, "sim "+t.Name())
 	if err != nil {
 		t.Fatal(err)
-	}
-	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{Expires: expires, Description: "sim " + t.Name()})
-	if _, err := admin(t).CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating token secret: %v", err)
 	}
 	return tok
 }
@@ -150,24 +144,6 @@ func condition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeConditi
 	return nil
 }
 
-// syncBuffer is a log sink the machine writes to while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // waitForLog polls until the log holds substr.
 func waitForLog(ctx context.Context, t *testing.T, log interface{ String() string }, substr string) {
 	t.Helper()
@@ -181,7 +157,7 @@ func waitForLog(ctx context.Context, t *testing.T, log interface{ String() strin
 
 // machineRun is a machine running in the background of a test.
 type machineRun struct {
-	log    *syncBuffer
+	log    *testenv.SyncBuffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -189,7 +165,7 @@ type machineRun struct {
 func startMachine(t *testing.T, cfg MachineConfig) *machineRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &machineRun{log: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	r := &machineRun{log: &testenv.SyncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- RunMachine(ctx, cfg, r.log) }()
 	t.Cleanup(func() {
 		cancel()

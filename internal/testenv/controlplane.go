@@ -83,7 +83,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err := os.MkdirAll(logs, 0o700); err != nil {
 		return nil, fmt.Errorf("creating log folder: %w", err)
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -257,8 +257,8 @@ func (cp *ControlPlane) waitFor(ctx context.Context, what string, cond func(cont
 	return nil
 }
 
-// freePorts reserves n distinct loopback ports and releases them for the components to bind.
-func freePorts(n int) ([]int, error) {
+// FreePorts reserves n distinct loopback ports and releases them for a process to bind.
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
 	defer func() {

@@ -52,13 +52,9 @@ func whoAmI(ctx context.Context, cfg *rest.Config) (authenticationv1.UserInfo, e
 
 func mintToken(ctx context.Context, t *testing.T, expires time.Time) bootstrap.Token {
 	t.Helper()
-	tok, err := bootstrap.NewToken()
+	tok, err := MintToken(ctx, admin(t), expires, "testenv "+t.Name())
 	if err != nil {
 		t.Fatal(err)
-	}
-	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{Expires: expires, Description: "testenv " + t.Name()})
-	if _, err := admin(t).CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating token secret: %v", err)
 	}
 	return tok
 }

@@ -1,14 +1,21 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
 
 	"github.com/fulfiller-sh/fulfiller/api/crds"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
 // DefaultCRDs are the CRDs every control plane of the project carries: Karpenter's, from the
@@ -34,4 +41,35 @@ func RunMain(m *testing.M, into **ControlPlane, opts Options) int {
 		}
 	}
 	return code
+}
+
+// MintToken creates a bootstrap token Secret expiring at expires, as the controller does.
+func MintToken(ctx context.Context, cs kubernetes.Interface, expires time.Time, description string) (bootstrap.Token, error) {
+	tok, err := bootstrap.NewToken()
+	if err != nil {
+		return bootstrap.Token{}, err
+	}
+	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{Expires: expires, Description: description})
+	if _, err := cs.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return bootstrap.Token{}, fmt.Errorf("creating token secret: %w", err)
+	}
+	return tok, nil
+}
+
+// SyncBuffer is a log that tests read while something else writes it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "capture testdata/diagnostics/*.jsonl again from the pinned tofu")
@@ -59,7 +61,7 @@ func TestCaptureFixtures(t *testing.T) {
 		}
 	}
 	run := func(name string, req Request) {
-		var log syncBuffer
+		var log testenv.SyncBuffer
 		Run(context.Background(), req, &log)
 		save(name, log.String())
 	}
@@ -87,7 +89,7 @@ func TestCaptureFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log testenv.SyncBuffer
 	_ = tf.InitJSON(context.Background(), &log)
 	save("syntax-error", log.String())
 
@@ -95,7 +97,7 @@ func TestCaptureFixtures(t *testing.T) {
 	shared := state()
 	ctx, cancel := context.WithCancel(context.Background())
 	holder := nodeRequest(t, "node-x", "node", shared, map[string]string{"sleep_seconds": "30"})
-	var holderLog syncBuffer
+	var holderLog testenv.SyncBuffer
 	done := make(chan struct{})
 	go func() { Run(ctx, holder, &holderLog); close(done) }()
 	eventually(t, 30e9, "the holder to provision", func() bool { return provisioning(holderLog.String()) })

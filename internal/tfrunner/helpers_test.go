@@ -1,11 +1,9 @@
 package tfrunner
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,24 +64,6 @@ func nodeRequest(t *testing.T, name, module, state string, params map[string]str
 		},
 		TofuPath: tofuPath(t),
 	}
-}
-
-// syncBuffer is a log that tests read while a run writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // eventually polls cond until it holds or timeout passes.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 func TestRunApplyThenDestroy(t *testing.T) {
@@ -20,7 +22,7 @@ func TestRunApplyThenDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := nodeRequest(t, "node-a", "node", state, map[string]string{"record_dir": record})
-	var log syncBuffer
+	var log testenv.SyncBuffer
 	res := Run(context.Background(), req, &log)
 	if !res.Succeeded || res.Error != nil {
 		t.Fatalf("apply failed: %+v\n%s", res.Error, log.String())
@@ -77,7 +79,7 @@ func TestRunApplyThenDestroy(t *testing.T) {
 	destroy := req
 	destroy.Operation = Destroy
 	destroy.WorkDir = t.TempDir()
-	log = syncBuffer{}
+	log = testenv.SyncBuffer{}
 	res = Run(context.Background(), destroy, &log)
 	if !res.Succeeded || res.ProviderID != "" || res.Outputs != nil {
 		t.Fatalf("destroy: %+v\n%s", res, log.String())
@@ -100,13 +102,13 @@ func TestRunLockHeldAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	holder := nodeRequest(t, "node-c", "node", state, map[string]string{"sleep_seconds": "30"})
-	var holderLog syncBuffer
+	var holderLog testenv.SyncBuffer
 	done := make(chan Result, 1)
 	go func() { done <- Run(ctx, holder, &holderLog) }()
 	eventually(t, 30*time.Second, "the holder to provision", func() bool { return provisioning(holderLog.String()) })
 
 	contender := nodeRequest(t, "node-c", "node", state, nil)
-	var log syncBuffer
+	var log testenv.SyncBuffer
 	res := Run(context.Background(), contender, &log)
 	if res.Error == nil || res.Error.Class != LockHeld || !res.Error.Class.Retryable() {
 		t.Errorf("second run: %+v, want class %s\n%s", res.Error, LockHeld, log.String())
@@ -131,7 +133,7 @@ func TestRunLockHeldAndCancel(t *testing.T) {
 	}
 
 	next := nodeRequest(t, "node-c", "node", state, nil)
-	log = syncBuffer{}
+	log = testenv.SyncBuffer{}
 	if res := Run(context.Background(), next, &log); !res.Succeeded {
 		t.Errorf("apply after cancel: %+v\n%s", res.Error, log.String())
 	}
@@ -168,7 +170,7 @@ func TestRunFailureClasses(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&req)
 			}
-			var log syncBuffer
+			var log testenv.SyncBuffer
 			res := Run(context.Background(), req, &log)
 			if res.Succeeded || res.Error == nil {
 				t.Fatalf("run succeeded:\n%s", log.String())

@@ -344,3 +344,12 @@ func orphanToken(t *testing.T, ctx context.Context) string {
 
 // orphanClaim names the claim of orphanToken, which never exists.
 const orphanClaim = "gone-claim"
+
+// startScenario creates a scenario's NodeClass and NodePool and waits until the class is Ready.
+func startScenario(t *testing.T, ctx context.Context, class *v1alpha1.TofuNodeClass, pool *karpv1.NodePool) {
+	t.Helper()
+	create(t, ctx, class, pool)
+	eventually(t, ctx, time.Minute, "nodeclass "+class.Name+" to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, env.kube, class.Name)
+	})
+}

@@ -28,13 +28,9 @@ import (
 func TestScaleUpAndDown(t *testing.T) {
 	ctx := ctxFor(t, 10*time.Minute)
 	orphan := orphanToken(t, ctx)
-	create(t, ctx,
+	startScenario(t, ctx,
 		nodeClass("e2e-basic", nodeType("basic-small", "0.01", nil), nodeType("basic-large", "0.03", map[string]string{"cpu": "4"})),
-		nodePool("e2e-basic", "e2e-basic"),
-	)
-	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
-		return devenv.NodeClassReady(ctx, env.kube, "e2e-basic")
-	})
+		nodePool("e2e-basic", "e2e-basic"))
 	create(t, ctx, deployment("basic", "e2e-basic", 4, "900m"))
 	eventually(t, ctx, 4*time.Minute, "4 pods to be bound", func(ctx context.Context) (bool, error) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "basic"}, 4)
@@ -159,10 +155,7 @@ func TestLateBootJoinsWithExtendedToken(t *testing.T) {
 	late.JoinTimeout = &metav1.Duration{Duration: 2 * time.Minute}
 	class := nodeClass("e2e-late", late)
 	class.Spec.Bootstrap.TokenTTL = metav1.Duration{Duration: ttl}
-	create(t, ctx, class, nodePool("e2e-late", "e2e-late"))
-	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
-		return devenv.NodeClassReady(ctx, env.kube, "e2e-late")
-	})
+	startScenario(t, ctx, class, nodePool("e2e-late", "e2e-late"))
 	create(t, ctx, deployment("late", "e2e-late", 1, "500m"))
 	eventually(t, ctx, 3*time.Minute, "the pod to be bound", func(ctx context.Context) (bool, error) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "late"}, 1)
@@ -192,13 +185,9 @@ func TestLateBootJoinsWithExtendedToken(t *testing.T) {
 func TestInsufficientCapacityReplans(t *testing.T) {
 	ctx := ctxFor(t, 8*time.Minute)
 	tr := trackFulfillments(t)
-	create(t, ctx,
+	startScenario(t, ctx,
 		nodeClass("e2e-ice", nodeType("ice-soldout", "0.01", map[string]string{"apply_error": "capacity"}), nodeType("ice-ok", "0.02", nil)),
-		nodePool("e2e-ice", "e2e-ice"),
-	)
-	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
-		return devenv.NodeClassReady(ctx, env.kube, "e2e-ice")
-	})
+		nodePool("e2e-ice", "e2e-ice"))
 	create(t, ctx, deployment("ice", "e2e-ice", 1, "500m"))
 	eventually(t, ctx, 4*time.Minute, "the pod to be bound", func(ctx context.Context) (bool, error) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "ice"}, 1)
@@ -237,10 +226,7 @@ func TestNeverJoinsIsCleanedUp(t *testing.T) {
 	tr := trackFulfillments(t)
 	silent := nodeType("silent", "0.01", map[string]string{"never_join": "true"})
 	silent.JoinTimeout = &metav1.Duration{Duration: 15 * time.Second}
-	create(t, ctx, nodeClass("e2e-silent", silent), nodePool("e2e-silent", "e2e-silent"))
-	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
-		return devenv.NodeClassReady(ctx, env.kube, "e2e-silent")
-	})
+	startScenario(t, ctx, nodeClass("e2e-silent", silent), nodePool("e2e-silent", "e2e-silent"))
 	create(t, ctx, deployment("silent", "e2e-silent", 1, "500m"))
 	var first *v1alpha1.Fulfillment
 	eventually(t, ctx, 3*time.Minute, "a claim to time out joining and be destroyed", func(ctx context.Context) (bool, error) {
@@ -268,13 +254,9 @@ func TestNeverJoinsIsCleanedUp(t *testing.T) {
 // on, the restarted controller adopts them, and no claim gets a second apply or is lost.
 func TestControllerRestartMidApply(t *testing.T) {
 	ctx := ctxFor(t, 8*time.Minute)
-	create(t, ctx,
+	startScenario(t, ctx,
 		nodeClass("e2e-restart", nodeType("slow", "0.01", map[string]string{"apply_delay": "8"})),
-		nodePool("e2e-restart", "e2e-restart"),
-	)
-	eventually(t, ctx, time.Minute, "nodeclass to be Ready", func(ctx context.Context) (bool, error) {
-		return devenv.NodeClassReady(ctx, env.kube, "e2e-restart")
-	})
+		nodePool("e2e-restart", "e2e-restart"))
 	create(t, ctx, deployment("restart", "e2e-restart", 3, "900m"))
 	eventually(t, ctx, 2*time.Minute, "applies to be in flight", func(ctx context.Context) (bool, error) {
 		n := 0
