@@ -104,13 +104,15 @@ func (a *applyStage) succeeded(s *claimState, res *tfrunner.Result) (reconcile.R
 
 // failed decides what a failed apply means: capacity → the offering is marked unavailable and
 // Karpenter plans again; retryable → another attempt after a backoff; otherwise the claim is
-// replaced and the reason stays on the Fulfillment.
+// replaced and the reason stays on the Fulfillment. A terminal failure (invalid module or
+// inputs, bad credentials) marks the offering unavailable too: the same inputs would fail
+// again, and replacing claims in a hot loop helps nobody.
 func (a *applyStage) failed(ctx context.Context, s *claimState, run *v1alpha1.Run) (reconcile.Result, error) {
 	class := tfrunner.ErrorClass(run.ErrorClass)
 	s.events = append(s.events, runFailedEvent(s.f, run.Name, run.ErrorClass, run.Message))
 	log.FromContext(ctx).Info("tofu apply failed", "run", run.Name, "class", class, "message", run.Message)
 	switch {
-	case class.InsufficientCapacity():
+	case class.InsufficientCapacity(), class.Terminal():
 		a.c.unavailable.MarkUnavailable(s.f.Spec.NodeType, s.f.Spec.Zone, s.f.Spec.CapacityType)
 		s.conds.SetFalse(v1alpha1.ConditionApplied, run.ErrorClass, run.Message)
 		s.replaceClaim = true

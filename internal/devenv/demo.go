@@ -62,6 +62,10 @@ func ApplyFile(ctx context.Context, c client.Client, path string, vars map[strin
 
 // Vars are the substitutions of the example manifests for the environment in dir.
 func Vars(dir, modules string) (map[string]string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
 	server, err := os.ReadFile(Layout{dir}.ServerFile())
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server address: %w", err)

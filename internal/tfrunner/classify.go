@@ -129,6 +129,7 @@ var tokenRules = []struct {
 		"quota_exceeded", "quotaexceeded"}},
 	{Capacity, []string{"resource_unavailable", "placement_error", "insufficient capacity",
 		"insufficient_capacity", "insufficientcapacity", "insufficientinstancecapacity", "out of capacity"}},
+	{InvalidModule, []string{"invalid_input", "json_error", "uniqueness_error"}},
 	{Transient, []string{"rate_limit_exceeded", "too many requests", "429", "timeout", "timed out",
 		"connection refused", "connection reset", "no such host", "service unavailable", "502", "503", "504",
 		"conflict", "locked", "server_error", "service_error", "maintenance", "temporarily unavailable"}},

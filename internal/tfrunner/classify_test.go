@@ -101,6 +101,8 @@ func TestClassify(t *testing.T) {
 		{name: "quota is case-insensitive", diags: []Diagnostic{localExec("Quota exceeded for CPUS")}, err: exitErr, want: Quota},
 		{name: "credentials before capacity", diags: []Diagnostic{localExec("401 (resource_unavailable)")}, err: exitErr, want: Credentials},
 		{name: "capacity before transient", diags: []Diagnostic{localExec("resource_unavailable after timeout")}, err: exitErr, want: Capacity},
+		{name: "rejected input is the module's", diags: []Diagnostic{localExec("error: invalid_input: invalid input in field 'server_type'")}, err: exitErr, want: InvalidModule},
+		{name: "invalid input before transient", diags: []Diagnostic{localExec("invalid_input (conflict)")}, err: exitErr, want: InvalidModule},
 		{name: "insufficient capacity phrase", diags: []Diagnostic{localExec("Insufficient capacity in zone")}, err: exitErr, want: Capacity},
 		{name: "numbers are whole words", diags: []Diagnostic{localExec("server 4012 failed")}, err: exitErr, want: Unknown},
 		{name: "command line is not output", diags: []Diagnostic{localExec("boom")}, err: exitErr, want: Unknown, substr: "boom"},

@@ -179,14 +179,17 @@ func TestLateBootJoinsWithExtendedToken(t *testing.T) {
 	cleanup(t, "late", "e2e-late", "e2e-late")
 }
 
-// TestInsufficientCapacityReplans: the cheapest type's apply fails with a capacity error;
-// Karpenter plans again onto the other type, and the failed offering is not tried again while
-// it is marked unavailable.
+// TestInsufficientCapacityReplans: the cheapest type's apply fails with a capacity error and
+// the next one's cloud rejects its input; Karpenter plans again onto the third type, and
+// neither failed offering is tried again while it is marked unavailable.
 func TestInsufficientCapacityReplans(t *testing.T) {
 	ctx := ctxFor(t, 8*time.Minute)
 	tr := trackFulfillments(t)
 	startScenario(t, ctx,
-		nodeClass("e2e-ice", nodeType("ice-soldout", "0.01", map[string]string{"apply_error": "capacity"}), nodeType("ice-ok", "0.02", nil)),
+		nodeClass("e2e-ice",
+			nodeType("ice-soldout", "0.01", map[string]string{"apply_error": "capacity"}),
+			nodeType("ice-rejected", "0.015", map[string]string{"apply_error": "invalid"}),
+			nodeType("ice-ok", "0.02", nil)),
 		nodePool("e2e-ice", "e2e-ice"))
 	create(t, ctx, deployment("ice", "e2e-ice", 1, "500m"))
 	eventually(t, ctx, 4*time.Minute, "the pod to be bound", func(ctx context.Context) (bool, error) {
@@ -215,6 +218,18 @@ func TestInsufficientCapacityReplans(t *testing.T) {
 	applied := last.StatusConditions().Get(v1alpha1.ConditionApplied)
 	if applied == nil || !applied.IsFalse() || applied.Reason != "InsufficientCapacity" || !strings.Contains(applied.Message, "resource_unavailable") {
 		t.Errorf("failed claim's Applied condition = %+v, want False/InsufficientCapacity naming resource_unavailable", applied)
+	}
+	rejected := tr.byType("ice-rejected")
+	if len(rejected) != 1 {
+		t.Fatalf("%d claims tried ice-rejected, want exactly 1 (a rejected input must not be retried in a loop)", len(rejected))
+	}
+	eventually(t, ctx, 2*time.Minute, "the rejected claim to be destroyed", func(ctx context.Context) (bool, error) {
+		err := env.kube.Get(ctx, client.ObjectKeyFromObject(rejected[0]), &v1alpha1.Fulfillment{})
+		return client.IgnoreNotFound(err) == nil && err != nil, client.IgnoreNotFound(err)
+	})
+	applied = tr.byType("ice-rejected")[0].StatusConditions().Get(v1alpha1.ConditionApplied)
+	if applied == nil || !applied.IsFalse() || applied.Reason != "InvalidModule" || !strings.Contains(applied.Message, "invalid_input") {
+		t.Errorf("rejected claim's Applied condition = %+v, want False/InvalidModule naming invalid_input", applied)
 	}
 	cleanup(t, "ice", "e2e-ice", "e2e-ice")
 }
