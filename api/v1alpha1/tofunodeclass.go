@@ -156,8 +156,11 @@ const (
 	ConditionSpecValid   = "SpecValid"
 )
 
+// StatusConditions: Ready is set by the status controller itself, with the reason and message
+// of the first check that fails, so `kubectl get tofunodeclasses` says what is wrong;
+// SpecValid and ModuleValid keep the detail of each check.
 func (in *TofuNodeClass) StatusConditions(opts ...status.ForOption) status.ConditionSet {
-	return status.NewReadyConditions(ConditionSpecValid, ConditionModuleValid).For(in, opts...)
+	return status.NewReadyConditions().For(in, opts...)
 }
 
 func (in *TofuNodeClass) GetConditions() []status.Condition { return in.Status.Conditions }

@@ -55,15 +55,25 @@ func (c *NodeClassController) Register(_ context.Context, m manager.Manager) err
 func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNodeClass) (reconcile.Result, error) {
 	updated := nc.DeepCopy()
 	conds := updated.StatusConditions(status.WithClock(c.clock))
+	var notReady []string // reason, message of the first failed check
 	if err := validateSpec(&nc.Spec); err != nil {
 		conds.SetFalse(v1alpha1.ConditionSpecValid, ReasonInvalidSpec, err.Error())
+		notReady = []string{ReasonInvalidSpec, err.Error()}
 	} else {
 		conds.SetTrue(v1alpha1.ConditionSpecValid)
 	}
 	if reason, err := checkModule(nc.Spec.Module.Source); err != nil {
 		conds.SetFalse(v1alpha1.ConditionModuleValid, reason, err.Error())
+		if notReady == nil {
+			notReady = []string{reason, err.Error()}
+		}
 	} else {
 		conds.SetTrue(v1alpha1.ConditionModuleValid)
+	}
+	if notReady != nil {
+		conds.SetFalse(status.ConditionReady, notReady[0], notReady[1])
+	} else {
+		conds.SetTrue(status.ConditionReady)
 	}
 	updated.Status.NodeTypeCount = len(nc.Spec.NodeTypes)
 	if equality.Semantic.DeepEqual(nc.Status, updated.Status) {

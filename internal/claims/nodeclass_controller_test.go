@@ -1,0 +1,97 @@
+package claims
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	"k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+type recordedEvents struct{ events []events.Event }
+
+func (r *recordedEvents) Publish(evts ...events.Event) { r.events = append(r.events, evts...) }
+
+func writeModule(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestNodeClassReadiness: Ready carries the reason and message of the first failed check, so
+// one `kubectl get tofunodeclasses` says what is wrong; an event marks each change.
+func TestNodeClassReadiness(t *testing.T) {
+	good := writeModule(t, map[string]string{"main.tf": `
+variable "node_name" { type = string }
+variable "user_data" {
+  type      = string
+  sensitive = true
+}
+output "provider_id" { value = "sim://${var.node_name}" }
+`})
+	noOutput := writeModule(t, map[string]string{"main.tf": `variable "node_name" { type = string }`})
+	for _, tc := range []struct {
+		name, module, reason string
+		mutate               func(*v1alpha1.TofuNodeClass)
+		ready                bool
+	}{
+		{name: "valid", module: good, ready: true, reason: "Ready"},
+		{name: "module folder missing", module: "/nonexistent/module", reason: ReasonModuleNotFound},
+		{name: "module breaks the contract", module: noOutput, reason: ReasonInvalidModule},
+		{name: "spec invalid", module: good, reason: ReasonInvalidSpec, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.NodeTypes[0].Offerings[0].Price = "cheap"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := testClass()
+			nc.Spec.Module.Source = tc.module
+			if tc.mutate != nil {
+				tc.mutate(nc)
+			}
+			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
+			rec := &recordedEvents{}
+			c := NewNodeClassController(kube, clocktesting.NewFakeClock(time.Now()), rec)
+			got := &v1alpha1.TofuNodeClass{}
+			if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Reconcile(context.Background(), got); err != nil {
+				t.Fatal(err)
+			}
+			if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {
+				t.Fatal(err)
+			}
+			ready := got.StatusConditions().Get(status.ConditionReady)
+			if ready == nil || ready.IsTrue() != tc.ready || ready.Reason != tc.reason {
+				t.Fatalf("Ready = %+v, want ready=%v reason %s", ready, tc.ready, tc.reason)
+			}
+			if !tc.ready && ready.Message == "" {
+				t.Error("Ready=False without a message")
+			}
+			if len(rec.events) != 1 || rec.events[0].Reason != tc.reason {
+				t.Errorf("events = %+v, want one %s", rec.events, tc.reason)
+			}
+			// A second reconcile with nothing changed writes and publishes nothing.
+			if _, err := c.Reconcile(context.Background(), got); err != nil {
+				t.Fatal(err)
+			}
+			if len(rec.events) != 1 {
+				t.Errorf("%d events after a reconcile that changed nothing", len(rec.events))
+			}
+		})
+	}
+}
