@@ -1,0 +1,73 @@
+package statelock
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func TestKeyNames(t *testing.T) {
+	key, err := KeyFor("sim-abc12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The names OpenTofu's kubernetes backend uses for secret_suffix "sim-abc12".
+	if key.SecretName() != "tfstate-default-sim-abc12" || key.LeaseName() != "lock-tfstate-default-sim-abc12" {
+		t.Errorf("names %s, %s", key.SecretName(), key.LeaseName())
+	}
+	if _, err := KeyFor("Bad_Name"); err == nil {
+		t.Error("a claim name that cannot name a Secret was accepted")
+	}
+	if _, err := KeyFor(strings.Repeat("a", 250)); err == nil {
+		t.Error("a state name over 253 characters was accepted")
+	}
+	cfg := KubernetesBackend(key, "fulfiller", true)
+	if cfg["secret_suffix"] != "sim-abc12" || cfg["namespace"] != "fulfiller" || cfg["in_cluster_config"] != "true" {
+		t.Errorf("backend config %v", cfg)
+	}
+	if _, ok := KubernetesBackend(key, "fulfiller", false)["in_cluster_config"]; ok {
+		t.Error("in_cluster_config set for a local runner")
+	}
+}
+
+func TestLockHolderAndRemove(t *testing.T) {
+	ctx := context.Background()
+	key := Key("sim-abc12")
+	holder := "0b1e5a6c-1111-2222-3333-444455556666"
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: key.LeaseName(), Annotations: map[string]string{
+			lockInfoAnnotation: `{"ID":"` + holder + `","Operation":"OperationTypeApply","Who":"runner@sim-abc12-apply-1","Created":"2026-11-30T12:00:00Z"}`,
+		}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: key.SecretName()}}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(lease, secret).Build()
+	h, err := LockHolder(ctx, c, "fulfiller", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h == nil || h.ID != holder || h.Who != "runner@sim-abc12-apply-1" || h.Operation != "OperationTypeApply" || h.Created.IsZero() {
+		t.Fatalf("holder = %+v", h)
+	}
+	if exists, err := Exists(ctx, c, "fulfiller", key); err != nil || !exists {
+		t.Fatalf("Exists = %v, %v", exists, err)
+	}
+	if err := Remove(ctx, c, "fulfiller", key); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(ctx, c, "fulfiller", key); err != nil {
+		t.Errorf("a second Remove failed: %v", err)
+	}
+	if h, err := LockHolder(ctx, c, "fulfiller", key); err != nil || h != nil {
+		t.Errorf("after Remove: holder %+v, err %v", h, err)
+	}
+	if exists, _ := Exists(ctx, c, "fulfiller", key); exists {
+		t.Error("state still exists after Remove")
+	}
+}
