@@ -154,6 +154,9 @@ type TofuNodeClassStatus struct {
 const (
 	ConditionModuleValid = "ModuleValid"
 	ConditionSpecValid   = "SpecValid"
+	// ConditionJoinPreflight is True when the cluster lets machines join with a bootstrap
+	// token: public cluster-info, bootstrapper RBAC for CSRs and their auto-approval.
+	ConditionJoinPreflight = "JoinPreflight"
 )
 
 // StatusConditions: Ready is set by the status controller itself, with the reason and message

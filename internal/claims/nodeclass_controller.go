@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -39,10 +40,22 @@ type NodeClassController struct {
 	kube     client.Client
 	clock    clock.Clock
 	recorder events.Recorder
+	// preflight checks that the cluster lets machines join (bootstrap.Preflight).
+	preflight func(context.Context) (*bootstrap.PreflightFailure, error)
 }
 
-func NewNodeClassController(kube client.Client, clk clock.Clock, recorder events.Recorder) *NodeClassController {
-	return &NodeClassController{kube: kube, clock: clk, recorder: recorder}
+// Re-check intervals: a class that is not Ready is looked at often, so it recovers soon after
+// the cluster is fixed; a Ready one notices a cluster that changed under it.
+const (
+	notReadyRecheck = 20 * time.Second
+	readyRecheck    = 5 * time.Minute
+)
+
+// NewNodeClassController builds the controller; reader reads uncached (cluster-info).
+func NewNodeClassController(kube client.Client, reader client.Reader, clk clock.Clock, recorder events.Recorder) *NodeClassController {
+	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
+		return bootstrap.Preflight(ctx, kube, reader)
+	}}
 }
 
 func (c *NodeClassController) Register(_ context.Context, m manager.Manager) error {
@@ -70,14 +83,28 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	} else {
 		conds.SetTrue(v1alpha1.ConditionModuleValid)
 	}
+	failure, err := c.preflight(ctx)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("join preflight: %w", err)
+	}
+	if failure != nil {
+		conds.SetFalse(v1alpha1.ConditionJoinPreflight, failure.Reason, failure.Message)
+		if notReady == nil {
+			notReady = []string{failure.Reason, failure.Message}
+		}
+	} else {
+		conds.SetTrue(v1alpha1.ConditionJoinPreflight)
+	}
+	recheck := readyRecheck
 	if notReady != nil {
 		conds.SetFalse(status.ConditionReady, notReady[0], notReady[1])
+		recheck = notReadyRecheck
 	} else {
 		conds.SetTrue(status.ConditionReady)
 	}
 	updated.Status.NodeTypeCount = len(nc.Spec.NodeTypes)
 	if equality.Semantic.DeepEqual(nc.Status, updated.Status) {
-		return reconcile.Result{}, nil
+		return reconcile.Result{RequeueAfter: recheck}, nil
 	}
 	if err := c.kube.Status().Patch(ctx, updated, client.MergeFromWithOptions(nc, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
@@ -89,7 +116,7 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	if before == nil || before.Status != after.Status || before.Reason != after.Reason {
 		c.recorder.Publish(nodeClassEvent(updated, after.IsTrue(), after.Reason, after.Message))
 	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: recheck}, nil
 }
 
 // validateSpec checks what the CRD schema cannot: prices, capacities, unique zones.

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
 type recordedEvents struct{ events []events.Event }
@@ -47,11 +48,14 @@ output "provider_id" { value = "sim://${var.node_name}" }
 	for _, tc := range []struct {
 		name, module, reason string
 		mutate               func(*v1alpha1.TofuNodeClass)
+		preflight            *bootstrap.PreflightFailure
 		ready                bool
 	}{
 		{name: "valid", module: good, ready: true, reason: "Ready"},
 		{name: "module folder missing", module: "/nonexistent/module", reason: ReasonModuleNotFound},
 		{name: "module breaks the contract", module: noOutput, reason: ReasonInvalidModule},
+		{name: "cluster refuses joins", module: good, reason: bootstrap.ReasonBootstrapRBACMissing,
+			preflight: &bootstrap.PreflightFailure{Reason: bootstrap.ReasonBootstrapRBACMissing, Message: "no CSRs"}},
 		{name: "spec invalid", module: good, reason: ReasonInvalidSpec, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.NodeTypes[0].Offerings[0].Price = "cheap"
 		}},
@@ -64,7 +68,8 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			}
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
 			rec := &recordedEvents{}
-			c := NewNodeClassController(kube, clocktesting.NewFakeClock(time.Now()), rec)
+			c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(time.Now()), rec)
+			c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return tc.preflight, nil }
 			got := &v1alpha1.TofuNodeClass{}
 			if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {
 				t.Fatal(err)

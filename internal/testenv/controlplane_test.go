@@ -12,12 +12,14 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
@@ -217,5 +219,43 @@ func TestClusterInfoSigned(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("cluster-info signed for token %s: %v", tok.ID, err)
+	}
+}
+
+// TestJoinPreflight runs the fulfiller's join preflight against the real authorizer: it
+// passes on a kubeadm-like cluster and names what is missing when a binding is removed.
+func TestJoinPreflight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.New(controlPlane.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := bootstrap.Preflight(ctx, c, c); err != nil || f != nil {
+		t.Fatalf("preflight on a complete cluster: %+v, %v", f, err)
+	}
+	for binding, reason := range map[string]string{
+		"kubeadm:kubelet-bootstrap":          bootstrap.ReasonBootstrapRBACMissing,
+		"kubeadm:node-autoapprove-bootstrap": bootstrap.ReasonCSRAutoApprovalMissing,
+	} {
+		crb := &rbacv1.ClusterRoleBinding{}
+		if err := c.Get(ctx, client.ObjectKey{Name: binding}, crb); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Delete(ctx, crb); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			f, err := bootstrap.Preflight(ctx, c, c)
+			return f != nil && f.Reason == reason, err
+		})
+		restored := crb.DeepCopy()
+		restored.ResourceVersion, restored.UID = "", ""
+		if cerr := c.Create(ctx, restored); cerr != nil {
+			t.Fatalf("restoring %s: %v", binding, cerr)
+		}
+		if err != nil {
+			t.Errorf("without %s: preflight did not report %s: %v", binding, reason, err)
+		}
 	}
 }

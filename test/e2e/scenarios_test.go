@@ -10,14 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awslabs/operatorpkg/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/claims"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 )
@@ -329,4 +332,52 @@ func TestControllerRestartMidApply(t *testing.T) {
 		}
 	}
 	cleanup(t, "restart", "e2e-restart", "e2e-restart")
+}
+
+// TestPreflightBlocksMachines: against a cluster whose bootstrap tokens may not create CSRs,
+// the NodeClass says so and no machine is bought; once the RBAC is back, the pod gets a node.
+func TestPreflightBlocksMachines(t *testing.T) {
+	ctx := ctxFor(t, 8*time.Minute)
+	crb := &rbacv1.ClusterRoleBinding{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: "kubeadm:kubelet-bootstrap"}, crb); err != nil {
+		t.Fatal(err)
+	}
+	restore := crb.DeepCopy()
+	restore.ResourceVersion, restore.UID = "", ""
+	if err := env.kube.Delete(ctx, crb); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			_ = env.kube.Create(context.Background(), restore)
+		}
+	})
+	create(t, ctx, nodeClass("e2e-preflight", nodeType("pre", "0.01", nil)), nodePool("e2e-preflight", "e2e-preflight"))
+	var ready *status.Condition
+	eventually(t, ctx, time.Minute, "the nodeclass to report the missing RBAC", func(ctx context.Context) (bool, error) {
+		nc := &v1alpha1.TofuNodeClass{}
+		if err := env.kube.Get(ctx, client.ObjectKey{Name: "e2e-preflight"}, nc); err != nil {
+			return false, err
+		}
+		ready = nc.StatusConditions().Get(status.ConditionReady)
+		return ready != nil && ready.IsFalse() && ready.Reason == bootstrap.ReasonBootstrapRBACMissing, nil
+	})
+	if !strings.Contains(ready.Message, "system:node-bootstrapper") {
+		t.Errorf("message %q does not say what to bind", ready.Message)
+	}
+	create(t, ctx, deployment("preflight", "e2e-preflight", 1, "500m"))
+	// Karpenter batches pending pods for up to 10s; give it that and more.
+	time.Sleep(15 * time.Second)
+	if ffs := fulfillments(t, ctx); len(ffs) != 0 {
+		t.Fatalf("%d machines were bought for a nodeclass whose machines could not join", len(ffs))
+	}
+	if err := env.kube.Create(ctx, restore); err != nil {
+		t.Fatal(err)
+	}
+	restored = true
+	eventually(t, ctx, 3*time.Minute, "the pod to be bound once the RBAC is back", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "preflight"}, 1)
+	})
+	cleanup(t, "preflight", "e2e-preflight", "e2e-preflight")
 }
