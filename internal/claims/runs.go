@@ -102,12 +102,8 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	}
 	params := map[string]string{}
 	labels := map[string]string{}
-	namespace := c.opts.Namespace
 	if s.nc != nil {
 		maps.Copy(params, s.nc.Spec.Variables)
-		if s.nc.Spec.Backend.Namespace != "" {
-			namespace = s.nc.Spec.Backend.Namespace
-		}
 	}
 	if s.nt != nil {
 		maps.Copy(params, s.nt.Variables)
@@ -119,7 +115,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		ModuleDir: s.f.Spec.Module,
 		Backend: tfrunner.Backend{
 			Type:   string(v1alpha1.BackendKubernetes),
-			Config: statelock.KubernetesBackend(statelock.Key(s.f.Spec.StateKey), namespace, c.opts.InCluster),
+			Config: statelock.KubernetesBackend(statelock.Key(s.f.Spec.StateKey), c.stateNamespace(s), c.opts.InCluster),
 		},
 		Variables: map[string]any{
 			tfrunner.VarNodeName:   s.f.Spec.NodeName,

@@ -1,8 +1,11 @@
+//go:build capture
+
+// Capturing the fixtures: go test -tags capture -run TestCaptureFixtures ./internal/tfrunner/
+
 package tfrunner
 
 import (
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,35 +16,9 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
-var update = flag.Bool("update", false, "capture testdata/diagnostics/*.jsonl again from the pinned tofu")
-
-// fixtureDir holds real tofu `-json` error diagnostics, one file per provoked failure, that
-// TestClassifyFixtures classifies.
-const fixtureDir = "testdata/diagnostics"
-
-// simulatedAPIErrors are what the simulated API prints before failing, in the two shapes
-// real tools print Hetzner Cloud API errors: "code: message" (hcloud CLI) and
-// "message (code, correlation id)" (terraform-provider-hcloud).
-var simulatedAPIErrors = map[string]string{
-	"resource-unavailable": "resource_unavailable: server type cx22 unavailable in fsn1",
-	"placement-error":      "error during placement (placement_error, 5c2d1bcf0a7b3e41)",
-	"server-limit":         "server limit exceeded: please contact support (server_limit_exceeded, 91ad7c2e3f4b5d60)",
-	"resource-limit":       "project limit of 10 primary IPs reached (resource_limit_exceeded, 0b1c2d3e4f506172)",
-	"unauthorized":         "unable to authenticate (unauthorized, 7d8e9fa0b1c2d3e4)",
-	"forbidden":            "insufficient permissions for this request (forbidden, 1a2b3c4d5e6f7081)",
-	"rate-limit":           "limit of 3600 requests per hour reached (rate_limit_exceeded, 2b3c4d5e6f708192)",
-	"action-locked":        "server is locked by another action (locked, 3c4d5e6f708192a3)",
-	"api-timeout":          "Post \"https://api.hetzner.cloud/v1/servers\": dial tcp 213.239.246.1:443: i/o timeout",
-	"service-unavailable":  "unexpected response 503 Service Unavailable",
-	"unexplained":          "something went wrong",
-}
-
 // TestCaptureFixtures provokes each failure against the pinned tofu and saves the error
-// diagnostics it printed. Run with -update after changing tofu's version.
+// diagnostics it printed. Run it (with -tags capture) after changing tofu's version.
 func TestCaptureFixtures(t *testing.T) {
-	if !*update {
-		t.Skip("run with -update to capture the fixtures again")
-	}
 	if err := os.MkdirAll(fixtureDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
