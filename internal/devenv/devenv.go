@@ -5,7 +5,6 @@ package devenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -22,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
@@ -102,7 +102,7 @@ func Down(dir string, timeout time.Duration) error {
 	_ = syscall.Kill(pid, syscall.SIGTERM)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if !processAlive(pid) {
+		if !proc.Alive(pid, "") {
 			return nil
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -303,28 +303,8 @@ func stopRuns(l Layout) {
 }
 
 func alive(pidFile string) (int, bool) {
-	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(strings.Fields(string(data) + " 0")[0])
-	if err != nil || pid <= 0 {
-		return 0, false
-	}
-	return pid, processAlive(pid)
-}
-
-func processAlive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie has exited; only its parent has not reaped it yet.
-	fields := strings.Fields(string(data))
-	return len(fields) < 3 || fields[2] != "Z"
+	pid, ok := proc.ReadPIDFile(pidFile)
+	return pid, ok && proc.Alive(pid, "")
 }
 
 func tail(path string, n int) string {

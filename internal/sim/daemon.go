@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,9 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 )
 
 // Files in a machine's state dir.
@@ -144,24 +144,8 @@ func Running(stateDir string) (int, bool) {
 // runningPID reads the pid file and checks the process is alive (not a zombie) and is the
 // machine of this state dir, not an unrelated process that reused the pid.
 func runningPID(stateDir string) (int, bool) {
-	data, err := os.ReadFile(filepath.Join(stateDir, PIDFile))
-	if err != nil {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 0 {
-		return 0, false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// The state follows the parenthesised command name: "pid (comm) S ...".
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
-		return 0, false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Contains(cmdline, []byte(filepath.Join(stateDir, ConfigFile)+"\x00")) {
+	pid, ok := proc.ReadPIDFile(filepath.Join(stateDir, PIDFile))
+	if !ok || !proc.Alive(pid, filepath.Join(stateDir, ConfigFile)) {
 		return 0, false
 	}
 	return pid, true

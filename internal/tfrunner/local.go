@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 )
 
 // RunPhase is where a run is, derived from its files and process for display and decisions.
@@ -356,19 +358,9 @@ func readPID(dir string) (int, time.Time, bool) {
 }
 
 // runnerAlive reports whether pid is a live process running the request of the run in dir
-// (so a reused pid is not mistaken for the runner). Zombies have an empty command line.
+// (so a reused pid is not mistaken for the runner).
 func runnerAlive(pid int, dir string) bool {
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return false
-	}
-	want := []byte(filepath.Join(dir, RequestFileName))
-	for _, arg := range bytes.Split(cmdline, []byte{0}) {
-		if bytes.Equal(arg, want) {
-			return true
-		}
-	}
-	return false
+	return proc.Alive(pid, filepath.Join(dir, RequestFileName))
 }
 
 // lastProgress returns the @message of the last tofu UI line in the tail of a run log.

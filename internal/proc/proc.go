@@ -1,0 +1,52 @@
+// Package proc answers, on Linux, whether a process recorded in a pid file is still the one
+// that wrote it: the local environment, simulated machines and local runs all outlive the
+// process that started them and are found again this way.
+package proc
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ReadPIDFile returns the pid written in path.
+func ReadPIDFile(path string) (int, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, true
+}
+
+// Alive reports whether pid is a running process (a zombie has exited) and, when arg is not
+// empty, whether one of its arguments is arg (or ends in "="+arg), so that a pid reused by an
+// unrelated process is not taken for ours.
+func Alive(pid int, arg string) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name, which may hold spaces: "pid (comm) S ...".
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	if arg == "" {
+		return true
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	for _, a := range bytes.Split(cmdline, []byte{0}) {
+		if string(a) == arg || strings.HasSuffix(string(a), "="+arg) {
+			return true
+		}
+	}
+	return false
+}
