@@ -90,6 +90,25 @@ type FulfillmentStatus struct {
 	// TokenID is the public half of the claim's bootstrap token (never the secret).
 	// +optional
 	TokenID string `json:"tokenID,omitempty"`
+	// LockHolder is who holds the claim's state lock while a run waits for it.
+	// +optional
+	LockHolder *LockHolder `json:"lockHolder,omitempty"`
+}
+
+// LockHolder is who holds a state lock, from the lock's own record.
+type LockHolder struct {
+	// Who took the lock: user@hostname of the tofu process (a runner pod's name, or a host).
+	Who string `json:"who"`
+	// ID of the lock, what `tofu force-unlock` takes.
+	ID string `json:"id"`
+	// +optional
+	Operation string `json:"operation,omitempty"`
+	// Since is when the lock was taken.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// Run of this claim that took the lock, when it is one.
+	// +optional
+	Run string `json:"run,omitempty"`
 }
 
 type Stages struct {

@@ -46,3 +46,8 @@ func nodeClassEvent(obj runtime.Object, ready bool, reason, message string) even
 	}
 	return events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: message, DedupeValues: []string{reason, message}}
 }
+
+func staleLockRecoveredEvent(obj runtime.Object, lockID, detail string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: "StaleLockRecovered",
+		Message: "released state lock " + lockID + ": " + detail, DedupeValues: []string{lockID}}
+}

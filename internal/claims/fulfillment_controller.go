@@ -35,8 +35,6 @@ type Options struct {
 	// RunEnv is extra environment for every run (e.g. KUBECONFIG for the kubernetes backend
 	// when runs are local processes).
 	RunEnv map[string]string
-	// InCluster makes the kubernetes backend use the runner's service account.
-	InCluster bool
 	// MaxApplyAttempts bounds retries of an apply that failed transiently.
 	MaxApplyAttempts int
 	// RetryBackoff is the first wait before a retried run; it doubles per attempt.

@@ -115,7 +115,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		ModuleDir: s.f.Spec.Module,
 		Backend: tfrunner.Backend{
 			Type:   string(v1alpha1.BackendKubernetes),
-			Config: statelock.KubernetesBackend(statelock.Key(s.f.Spec.StateKey), c.stateNamespace(s), c.opts.InCluster),
+			Config: statelock.KubernetesBackend(statelock.Key(s.f.Spec.StateKey), c.stateNamespace(s)),
 		},
 		Variables: map[string]any{
 			tfrunner.VarNodeName:   s.f.Spec.NodeName,

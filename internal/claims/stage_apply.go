@@ -17,6 +17,9 @@ import (
 // pollInterval is how often a claim with a run in progress is looked at.
 const pollInterval = 2 * time.Second
 
+// lockRecheck is how often a run waiting for its state lock looks again.
+const lockRecheck = 10 * time.Second
+
 // applyStage runs `tofu apply` until it succeeds once. A run is started under a name derived
 // from the claim and the attempt, and executors start a name only once, so neither a
 // restarted controller nor a lost status write starts a second apply.
@@ -63,6 +66,12 @@ func (a *applyStage) start(ctx context.Context, s *claimState, last *v1alpha1.Ru
 }
 
 func (a *applyStage) startRun(ctx context.Context, s *claimState, attempt int, record bool) (reconcile.Result, error) {
+	if blocked, err := a.c.acquireLockFor(ctx, s); err != nil || blocked != "" {
+		if blocked != "" {
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, ReasonStateLocked, blocked)
+		}
+		return reconcile.Result{RequeueAfter: lockRecheck}, err
+	}
 	req, err := a.c.request(ctx, s, tfrunner.Apply, attempt)
 	if err != nil {
 		return reconcile.Result{}, err

@@ -96,6 +96,12 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 }
 
 func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (reconcile.Result, error) {
+	if blocked, err := d.c.acquireLockFor(ctx, s); err != nil || blocked != "" {
+		if blocked != "" {
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, ReasonStateLocked, blocked)
+		}
+		return reconcile.Result{RequeueAfter: lockRecheck}, err
+	}
 	req, err := d.c.request(ctx, s, tfrunner.Destroy, attempt)
 	if err != nil {
 		return reconcile.Result{}, err

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-const usage = `usage: fulfiller dev <up|down|demo> --dir DIR
+const usage = `usage: fulfiller dev <up|down|demo> --dir DIR [--executor local|job]
 
   up     start the local environment in the background: a control plane, the controller
          (Karpenter + fulfiller, local executor) and simulated machines; writes DIR/kubeconfig
@@ -30,23 +30,24 @@ func Main(args []string) int {
 	examples := fs.String("examples", "examples/local", "folder of the example manifests (demo)")
 	modules := fs.String("modules", "modules", "folder of the node-type modules (demo)")
 	keep := fs.Bool("keep", false, "leave the environment running after the demo")
+	executor := fs.String("executor", ExecutorLocal, "where tofu runs: local (child processes of the controller) or job (Kubernetes Jobs run by a stand-in kubelet)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	var err error
 	switch args[0] {
 	case "up":
-		if err = Up(*dir, *timeout); err == nil {
+		if err = Up(*dir, *timeout, *executor); err == nil {
 			fmt.Printf("environment ready: export KUBECONFIG=%s\n", Layout{*dir}.Kubeconfig())
 		}
 	case "down":
 		err = Down(*dir, time.Minute)
 	case "serve":
-		err = Serve(*dir)
+		err = Serve(*dir, *executor)
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		err = Demo(ctx, DemoOptions{Dir: *dir, Examples: *examples, Modules: *modules, Keep: *keep, Out: os.Stdout})
+		err = Demo(ctx, DemoOptions{Dir: *dir, Examples: *examples, Modules: *modules, Keep: *keep, Executor: *executor, Out: os.Stdout})
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		return 2

@@ -1,6 +1,7 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -121,7 +122,7 @@ func PodsBound(ctx context.Context, c client.Client, namespace string, labels ma
 	return bound == want && len(pods.Items) == want, nil
 }
 
-// Drained reports whether no NodeClaim, Node, Fulfillment, state Secret or lock Lease is left.
+// Drained reports whether no NodeClaim, Karpenter Node, Fulfillment, state Secret or lock Lease is left.
 func Drained(ctx context.Context, c client.Client) (bool, string, error) {
 	counts := []struct {
 		what string
@@ -129,7 +130,7 @@ func Drained(ctx context.Context, c client.Client) (bool, string, error) {
 		opts []client.ListOption
 	}{
 		{"nodeclaims", &karpv1.NodeClaimList{}, nil},
-		{"nodes", &corev1.NodeList{}, nil},
+		{"nodes", &corev1.NodeList{}, []client.ListOption{client.HasLabels{karpv1.NodePoolLabelKey}}}, // not the runner node
 		{"fulfillments", &v1alpha1.FulfillmentList{}, nil},
 		{"state secrets", &corev1.SecretList{}, []client.ListOption{client.InNamespace(Namespace), client.MatchingLabels{"tfstate": "true"}}},
 		{"state leases", &coordinationv1.LeaseList{}, []client.ListOption{client.InNamespace(Namespace), client.MatchingLabels{"tfstate": "true"}}},
@@ -219,6 +220,7 @@ type DemoOptions struct {
 	Examples string // folder of nodeclass.yaml, nodepool.yaml, workload.yaml
 	Modules  string // folder of the node-type modules
 	Keep     bool   // leave the environment running
+	Executor string // ExecutorLocal (default) or ExecutorJob
 	Out      io.Writer
 }
 
@@ -229,7 +231,7 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
 	start := time.Now()
 	step("starting the local environment in %s", o.Dir)
-	if err := Up(o.Dir, 5*time.Minute); err != nil {
+	if err := Up(o.Dir, 5*time.Minute, cmp.Or(o.Executor, ExecutorLocal)); err != nil {
 		return err
 	}
 	if !o.Keep {

@@ -42,9 +42,25 @@ func (l Layout) PIDFile() string       { return filepath.Join(l.Dir, "dev.pid") 
 func (l Layout) ControllerPID() string { return filepath.Join(l.Dir, "controller.pid") }
 func (l Layout) ReadyFile() string     { return filepath.Join(l.Dir, "ready") }
 func (l Layout) ServerFile() string    { return filepath.Join(l.Dir, "apiserver") }
+func (l Layout) Kubelet() string       { return filepath.Join(l.Dir, "kubelet") }
+func (l Layout) ExecutorFile() string  { return filepath.Join(l.Dir, "executor") }
+
+// Executor is the executor the environment in dir runs with.
+func (l Layout) Executor() string {
+	data, err := os.ReadFile(l.ExecutorFile())
+	if err != nil {
+		return ExecutorLocal
+	}
+	return strings.TrimSpace(string(data))
+}
 
 // Up starts the environment in the background and returns once the controller is ready.
-func Up(dir string, timeout time.Duration) error {
+// executor is ExecutorLocal (runs are child processes of the controller) or ExecutorJob
+// (runs are Jobs, whose pods a stand-in kubelet runs on this machine).
+func Up(dir string, timeout time.Duration, executor string) error {
+	if executor != ExecutorLocal && executor != ExecutorJob {
+		return fmt.Errorf("unknown executor %q (want local or job)", executor)
+	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -69,7 +85,7 @@ func Up(dir string, timeout time.Duration) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, "dev", "serve", "--dir", dir)
+	cmd := exec.Command(self, "dev", "serve", "--dir", dir, "--executor", executor)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -114,11 +130,14 @@ func Down(dir string, timeout time.Duration) error {
 // Serve runs the environment in the foreground until SIGTERM or SIGINT: the control plane,
 // the controller (restarted if it exits, as a Deployment would) and, on the way out, every
 // simulated machine and runner it started.
-func Serve(dir string) error {
+func Serve(dir, executor string) error {
 	l := Layout{dir}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := os.WriteFile(l.PIDFile(), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(l.ExecutorFile(), []byte(executor), 0o600); err != nil {
 		return err
 	}
 	defer os.Remove(l.PIDFile())
@@ -160,6 +179,17 @@ func Serve(dir string) error {
 		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
 	}
 	ctrl := &controller{layout: l}
+	if executor == ExecutorJob {
+		if err := runnerRBAC(ctx, cs); err != nil {
+			return err
+		}
+		k, err := startRunnerNode(ctx, l, cp, cs, os.Stdout)
+		if err != nil {
+			return fmt.Errorf("starting the runner node: %w", err)
+		}
+		defer k.Stop()
+		ctrl.jobs = true
+	}
 	if err := ctrl.start(); err != nil {
 		return err
 	}
@@ -179,6 +209,7 @@ func Serve(dir string) error {
 // controller is the fulfiller controller process, supervised like a Deployment's pod.
 type controller struct {
 	layout     Layout
+	jobs       bool // the job executor
 	cmd        *exec.Cmd
 	done       chan struct{}
 	healthPort int
@@ -214,6 +245,11 @@ func (c *controller) start() error {
 		"HEALTH_PROBE_PORT="+strconv.Itoa(ports[1]),
 		"LOG_LEVEL=info",
 	)
+	if c.jobs {
+		cmd.Env = append(cmd.Env, jobExecutorEnv(tofu)...)
+	} else {
+		cmd.Env = append(cmd.Env, "FULFILLER_EXECUTOR="+ExecutorLocal)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {

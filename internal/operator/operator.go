@@ -6,6 +6,9 @@ import (
 	"os/exec"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/samber/lo"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
 	"sigs.k8s.io/karpenter/pkg/controllers"
@@ -22,17 +25,7 @@ import (
 func Run() {
 	ctx, op := operator.NewOperator()
 	opts := FromContext(ctx)
-	tofu := opts.TofuPath
-	if path, err := exec.LookPath(tofu); err == nil {
-		tofu = path
-	}
-	runEnv := map[string]string{}
-	if opts.RunnerKubeconfig != "" {
-		// The kubernetes backend reads KUBE_CONFIG_PATH; provisioners read KUBECONFIG.
-		runEnv["KUBE_CONFIG_PATH"] = opts.RunnerKubeconfig
-		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
-	}
-	executor := &tfrunner.LocalExecutor{Dir: opts.RunsDir, MaxConcurrent: opts.MaxConcurrentRuns}
+	executor, tofu, runEnv := newExecutor(op, opts)
 	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
 
 	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable)
@@ -50,8 +43,39 @@ func Run() {
 				Namespace: opts.Namespace,
 				TofuPath:  tofu,
 				RunEnv:    runEnv,
-				InCluster: opts.RunnerKubeconfig == "",
 			}),
 		).
 		Start(ctx)
+}
+
+// newExecutor builds the executor the options name, the tofu path runners use and extra
+// environment for runs.
+func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, string, map[string]string) {
+	runEnv := map[string]string{}
+	if opts.Executor == ExecutorJob {
+		return &tfrunner.JobExecutor{
+			Client:             kubernetes.NewForConfigOrDie(op.GetConfig()),
+			Namespace:          opts.Namespace,
+			Image:              opts.RunnerImage,
+			ImagePullPolicy:    corev1.PullPolicy(opts.RunnerImagePullPolicy),
+			ServiceAccountName: opts.RunnerServiceAccount,
+			Resources:          opts.RunnerResources,
+			ApplyDeadline:      opts.ApplyDeadline,
+			DestroyDeadline:    opts.DestroyDeadline,
+			TTLAfterFinished:   opts.RunnerTTL,
+			MaxConcurrent:      opts.MaxConcurrentRuns,
+			NodeSelector:       opts.RunnerNodeSelector,
+			Tolerations:        opts.RunnerTolerations,
+		}, opts.TofuPath, runEnv
+	}
+	tofu := opts.TofuPath
+	if path, err := exec.LookPath(tofu); err == nil {
+		tofu = path
+	}
+	if opts.RunnerKubeconfig != "" {
+		// The kubernetes backend reads KUBE_CONFIG_PATH; provisioners read KUBECONFIG.
+		runEnv["KUBE_CONFIG_PATH"] = opts.RunnerKubeconfig
+		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
+	}
+	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, MaxConcurrent: opts.MaxConcurrentRuns}, tofu, runEnv
 }

@@ -2,11 +2,14 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/utils/env"
 )
@@ -17,6 +20,14 @@ func init() {
 
 type optionsKey struct{}
 
+// Executors.
+const (
+	// ExecutorJob runs each tofu run as a Kubernetes Job (the default, in a cluster).
+	ExecutorJob = "job"
+	// ExecutorLocal runs each tofu run as a child process (the local environment).
+	ExecutorLocal = "local"
+)
+
 // Options are the fulfiller's own controller flags; each also reads an environment variable.
 // They are parsed with Karpenter's, from the same command line.
 type Options struct {
@@ -26,15 +37,38 @@ type Options struct {
 	TofuPath          string
 	MaxConcurrentRuns int
 	RunnerKubeconfig  string
+
+	// Job executor settings.
+	RunnerImage           string
+	RunnerImagePullPolicy string
+	RunnerServiceAccount  string
+	RunnerTTL             time.Duration
+	ApplyDeadline         time.Duration
+	DestroyDeadline       time.Duration
+	runnerResources       string
+	runnerNodeSelector    string
+	runnerTolerations     string
+	RunnerResources       *corev1.ResourceRequirements
+	RunnerNodeSelector    map[string]string
+	RunnerTolerations     []corev1.Toleration
 }
 
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.Namespace, "fulfiller-namespace", env.WithDefaultString("FULFILLER_NAMESPACE", "fulfiller"), "Namespace of claim states, user data and runs")
-	fs.StringVar(&o.Executor, "executor", env.WithDefaultString("FULFILLER_EXECUTOR", "local"), "Where tofu runs: local (child processes)")
+	fs.StringVar(&o.Executor, "executor", env.WithDefaultString("FULFILLER_EXECUTOR", ExecutorJob), "Where tofu runs: job (a Kubernetes Job per run) or local (child processes)")
 	fs.StringVar(&o.RunsDir, "runs-dir", env.WithDefaultString("FULFILLER_RUNS_DIR", "/var/lib/fulfiller/runs"), "Folder of local runs (working directories and logs)")
-	fs.StringVar(&o.TofuPath, "tofu-path", env.WithDefaultString("FULFILLER_TOFU", "tofu"), "The tofu binary")
+	fs.StringVar(&o.TofuPath, "tofu-path", env.WithDefaultString("FULFILLER_TOFU", "tofu"), "The tofu binary (in the runner's image for the job executor)")
 	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", env.WithDefaultInt("FULFILLER_MAX_CONCURRENT_RUNS", 8), "Tofu runs in progress at once")
-	fs.StringVar(&o.RunnerKubeconfig, "runner-kubeconfig", env.WithDefaultString("FULFILLER_RUNNER_KUBECONFIG", ""), "Kubeconfig local runs use for the kubernetes state backend (empty: in-cluster)")
+	fs.StringVar(&o.RunnerKubeconfig, "runner-kubeconfig", env.WithDefaultString("FULFILLER_RUNNER_KUBECONFIG", ""), "Kubeconfig local runs use for the kubernetes state backend (empty: runners use their service account)")
+	fs.StringVar(&o.RunnerImage, "runner-image", env.WithDefaultString("FULFILLER_RUNNER_IMAGE", ""), "Image of runner Jobs (the controller's image)")
+	fs.StringVar(&o.RunnerImagePullPolicy, "runner-image-pull-policy", env.WithDefaultString("FULFILLER_RUNNER_IMAGE_PULL_POLICY", string(corev1.PullIfNotPresent)), "Pull policy of runner Jobs")
+	fs.StringVar(&o.RunnerServiceAccount, "runner-service-account", env.WithDefaultString("FULFILLER_RUNNER_SERVICE_ACCOUNT", "fulfiller-runner"), "ServiceAccount of runner Jobs (RBAC for the state backend only)")
+	fs.DurationVar(&o.RunnerTTL, "runner-ttl", env.WithDefaultDuration("FULFILLER_RUNNER_TTL", 24*time.Hour), "How long finished runner Jobs, and so their logs, are kept")
+	fs.DurationVar(&o.ApplyDeadline, "apply-deadline", env.WithDefaultDuration("FULFILLER_APPLY_DEADLINE", 30*time.Minute), "Longest a runner Job of an apply may run")
+	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", 30*time.Minute), "Longest a runner Job of a destroy may run")
+	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")
+	fs.StringVar(&o.runnerNodeSelector, "runner-node-selector", env.WithDefaultString("FULFILLER_RUNNER_NODE_SELECTOR", ""), "Node selector of runner pods, as a JSON map")
+	fs.StringVar(&o.runnerTolerations, "runner-tolerations", env.WithDefaultString("FULFILLER_RUNNER_TOLERATIONS", ""), "Tolerations of runner pods, as a JSON list")
 }
 
 func (o *Options) Parse(fs *coreoptions.FlagSet, args ...string) error {
@@ -44,11 +78,39 @@ func (o *Options) Parse(fs *coreoptions.FlagSet, args ...string) error {
 		}
 		return fmt.Errorf("parsing flags: %w", err)
 	}
-	if o.Executor != "local" {
-		return fmt.Errorf("executor %q is not supported (want local)", o.Executor)
+	return o.validate()
+}
+
+func (o *Options) validate() error {
+	switch o.Executor {
+	case ExecutorLocal:
+	case ExecutorJob:
+		if o.RunnerImage == "" {
+			return errors.New("the job executor needs a runner image (--runner-image or FULFILLER_RUNNER_IMAGE)")
+		}
+	default:
+		return fmt.Errorf("executor %q is not supported (want job or local)", o.Executor)
 	}
 	if o.MaxConcurrentRuns < 1 {
 		return errors.New("max-concurrent-runs must be at least 1")
+	}
+	if o.RunnerTTL <= 0 || o.ApplyDeadline <= 0 || o.DestroyDeadline <= 0 {
+		return errors.New("runner-ttl, apply-deadline and destroy-deadline must be positive")
+	}
+	for _, f := range []struct {
+		name, value string
+		into        any
+	}{
+		{"runner-resources", o.runnerResources, &o.RunnerResources},
+		{"runner-node-selector", o.runnerNodeSelector, &o.RunnerNodeSelector},
+		{"runner-tolerations", o.runnerTolerations, &o.RunnerTolerations},
+	} {
+		if f.value == "" {
+			continue
+		}
+		if err := json.Unmarshal([]byte(f.value), f.into); err != nil {
+			return fmt.Errorf("parsing %s: %w", f.name, err)
+		}
 	}
 	return nil
 }

@@ -50,3 +50,34 @@ func Alive(pid int, arg string) bool {
 	}
 	return false
 }
+
+// SessionAlive reports whether any live process belongs to session sid (a process group
+// leader started with setsid and every child it left behind, such as tofu under a runner).
+func SessionAlive(sid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// After "pid (comm) ": state ppid pgrp session ...
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+2:]))
+		if len(fields) < 4 || fields[0] == "Z" || fields[0] == "X" {
+			continue
+		}
+		if s, err := strconv.Atoi(fields[3]); err == nil && s == sid {
+			return true
+		}
+	}
+	return false
+}

@@ -1,10 +1,12 @@
 package proc
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -48,5 +50,41 @@ func TestAlive(t *testing.T) {
 	}
 	if _, ok := ReadPIDFile(filepath.Join(t.TempDir(), "missing")); ok {
 		t.Error("a missing pid file was read")
+	}
+}
+
+func TestSessionAlive(t *testing.T) {
+	// A session leader that leaves a child behind: the session lives while the child does.
+	cmd := exec.Command("setsid", "sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!; exit 0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(string(out[:len(out)-1]))
+	if err != nil {
+		t.Fatalf("child pid %q: %v", out, err)
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(child) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sid int
+	var comm, state string
+	var pid, ppid, pgrp int
+	if _, err := fmt.Sscanf(string(stat), "%d %s %s %d %d %d", &pid, &comm, &state, &ppid, &pgrp, &sid); err != nil {
+		t.Fatal(err)
+	}
+	if !SessionAlive(sid) {
+		t.Fatalf("session %d of child %d is not seen alive", sid, child)
+	}
+	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for SessionAlive(sid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if SessionAlive(sid) {
+		t.Fatalf("session %d still alive after its last process was killed", sid)
 	}
 }

@@ -45,17 +45,14 @@ func (k Key) SecretName() string { return "tfstate-" + Workspace + "-" + string(
 func (k Key) LeaseName() string { return "lock-tfstate-" + Workspace + "-" + string(k) }
 
 // KubernetesBackend is the `-backend-config` of the kubernetes backend for one claim. The
-// runner's credentials come from its environment (in-cluster service account, or KUBECONFIG
-// for the local executor), never from these values, which tofu writes to disk.
-func KubernetesBackend(key Key, namespace string, inCluster bool) map[string]string {
-	cfg := map[string]string{
+// runner's credentials come from its environment (its pod's service account, or
+// KUBE_CONFIG_PATH for the local executor), never from these values, which tofu writes to
+// disk.
+func KubernetesBackend(key Key, namespace string) map[string]string {
+	return map[string]string{
 		"secret_suffix": string(key),
 		"namespace":     namespace,
 	}
-	if inCluster {
-		cfg["in_cluster_config"] = "true"
-	}
-	return cfg
 }
 
 // Holder is who holds a state lock, from the backend's LockInfo.

@@ -2,6 +2,7 @@ package statelock
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -27,12 +28,9 @@ func TestKeyNames(t *testing.T) {
 	if _, err := KeyFor(strings.Repeat("a", 250)); err == nil {
 		t.Error("a state name over 253 characters was accepted")
 	}
-	cfg := KubernetesBackend(key, "fulfiller", true)
-	if cfg["secret_suffix"] != "sim-abc12" || cfg["namespace"] != "fulfiller" || cfg["in_cluster_config"] != "true" {
-		t.Errorf("backend config %v", cfg)
-	}
-	if _, ok := KubernetesBackend(key, "fulfiller", false)["in_cluster_config"]; ok {
-		t.Error("in_cluster_config set for a local runner")
+	cfg := KubernetesBackend(key, "fulfiller")
+	if cfg["secret_suffix"] != "sim-abc12" || cfg["namespace"] != "fulfiller" || len(cfg) != 2 {
+		t.Errorf("backend config %v: want only secret_suffix and namespace (credentials come from the environment)", cfg)
 	}
 }
 
@@ -69,5 +67,35 @@ func TestLockHolderAndRemove(t *testing.T) {
 	}
 	if exists, _ := Exists(ctx, c, "fulfiller", key); exists {
 		t.Error("state still exists after Remove")
+	}
+}
+
+func TestReleaseStale(t *testing.T) {
+	ctx := context.Background()
+	key := Key("sim-xyz34")
+	id := "0b1e5a6c-1111-2222-3333-444455556666"
+	lease := func(holder string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: key.LeaseName(), Annotations: map[string]string{
+				lockInfoAnnotation: `{"ID":"` + holder + `","Who":"root@sim-xyz34-apply-1-abcde"}`,
+			}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
+		}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(lease(id)).Build()
+	if err := ReleaseStale(ctx, c, "fulfiller", key, &Holder{ID: "another-lock"}); !errors.Is(err, ErrLockChanged) {
+		t.Fatalf("releasing a lock held by someone else: %v, want ErrLockChanged", err)
+	}
+	if h, _ := LockHolder(ctx, c, "fulfiller", key); h == nil || h.ID != id {
+		t.Fatalf("the lock of another holder was touched: %+v", h)
+	}
+	if err := ReleaseStale(ctx, c, "fulfiller", key, &Holder{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := LockHolder(ctx, c, "fulfiller", key); err != nil || h != nil {
+		t.Fatalf("after release: holder %+v, err %v", h, err)
+	}
+	if err := ReleaseStale(ctx, c, "fulfiller", key, &Holder{ID: id}); !errors.Is(err, ErrLockChanged) {
+		t.Errorf("releasing a free lock: %v, want ErrLockChanged", err)
 	}
 }

@@ -261,7 +261,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 							"--work-dir", jobWorkDir,
 							"--termination-log", TerminationLogPath,
 						},
-						Env:                      e.Env,
+						Env:                      append([]corev1.EnvVar{{Name: ServiceAccountDirEnv, Value: ServiceAccountDir}}, e.Env...),
 						EnvFrom:                  envFrom,
 						Resources:                resources,
 						TerminationMessagePath:   TerminationLogPath,

@@ -89,6 +89,10 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err != nil {
 		return err
 	}
+	if env[envServiceAccountUsed] != "" {
+		out.note("info", "state backend: authenticating as the pod's service account")
+		delete(env, envServiceAccountUsed)
+	}
 
 	tf, err := tfexec.NewTerraform(moduleDir, req.TofuPath)
 	if err != nil {
@@ -284,6 +288,14 @@ func runEnv(req Request) (map[string]string, error) {
 	}
 	maps.Copy(env, tofuEnvFromRunner())
 	maps.Copy(env, req.Env)
+	sa, err := serviceAccountEnv(req.Backend, env, os.Getenv, filepath.Join(home, ".kube", "runner.kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(env, sa)
+	if sa != nil {
+		env[envServiceAccountUsed] = "1"
+	}
 	if bad := tfexec.ProhibitedEnv(env); len(bad) > 0 {
 		sort.Strings(bad)
 		return nil, fmt.Errorf("%w: environment variables tofu must not get this way: %s", ErrInvalidRequest, strings.Join(bad, ", "))

@@ -61,6 +61,9 @@ type Config struct {
 	// ClientCAPEM verifies the API server's kubelet client certificate; requests without a
 	// certificate it signed are refused.
 	ClientCAPEM []byte
+	// APIServer is the API server's host:port, given to containers as KUBERNETES_SERVICE_HOST
+	// and KUBERNETES_SERVICE_PORT (a kubelet takes them from the kubernetes Service).
+	APIServer string
 	// HeartbeatInterval is how often the Lease is renewed (default 10s).
 	HeartbeatInterval time.Duration
 	// Logf receives the stand-in's own log lines (default: discarded).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,7 +112,7 @@ func (k *Kubelet) forget(obj any) {
 func (k *Kubelet) runPod(ctx context.Context, pod *corev1.Pod, w *podWorker) {
 	defer close(w.finished)
 	name := pod.Namespace + "/" + pod.Name
-	dir := filepath.Join(k.cfg.Dir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+	dir := PodDir(k.cfg.Dir, pod)
 	container := pod.Spec.Containers[0]
 	start := metav1.Now()
 	k.setStatus(ctx, pod, func(s *corev1.PodStatus) {
@@ -164,6 +165,8 @@ func (k *Kubelet) runPod(ctx context.Context, pod *corev1.Pod, w *podWorker) {
 	k.mu.Unlock()
 	go func() { _ = cmd.Wait(); close(exited) }()
 	k.cfg.Logf("kubelet: pod %s: started %v (pid %d)", name, cmd.Args, cmd.Process.Pid)
+	// The container's process group, for tests that kill a container as a crashed node would.
+	_ = os.WriteFile(filepath.Join(dir, PIDFileName), []byte(itoa(cmd.Process.Pid)), 0o600)
 	k.setStatus(ctx, pod, func(s *corev1.PodStatus) {
 		s.Phase = corev1.PodRunning
 		s.ContainerStatuses = []corev1.ContainerStatus{containerStatus(container, corev1.ContainerState{
@@ -390,13 +393,17 @@ func (k *Kubelet) prepare(ctx context.Context, pod *corev1.Pod, dir string) (cmd
 	if bin, ok := k.cfg.Binaries[argv[0]]; ok {
 		argv[0] = bin
 	}
+	// The container gets its own UTS namespace with the pod's name as hostname, as a container
+	// runtime gives it (tofu records user@hostname as its state lock's holder). The shell
+	// sets it and then becomes the command.
+	argv = append([]string{"/bin/sh", "-c", `echo "$0" > /proc/sys/kernel/hostname && exec "$@"`, pod.Name}, argv...)
 	cmd = exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Dir = dir
 	if c.WorkingDir != "" {
 		cmd.Dir = paths.rewrite(c.WorkingDir)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWUTS}
 	return cmd, termPath, filepath.Join(dir, c.Name+".log"), nil
 }
 
@@ -538,6 +545,9 @@ func stringsToBytes(m map[string]string) map[string][]byte {
 func (k *Kubelet) environment(ctx context.Context, pod *corev1.Pod, c corev1.Container) ([]string, error) {
 	core := k.cfg.Client.CoreV1()
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOSTNAME=" + pod.Name}
+	if host, port, err := net.SplitHostPort(k.cfg.APIServer); err == nil {
+		env = append(env, "KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
+	}
 	env = append(env, k.cfg.Env...)
 	for _, from := range c.EnvFrom {
 		var data map[string][]byte
@@ -637,4 +647,30 @@ func (p pathMap) rewrite(s string) string {
 		}
 	}
 	return s
+}
+
+// PIDFileName is the file in a pod's folder that holds its container's process (group) ID.
+const PIDFileName = "container.pid"
+
+// PodDir is the folder of a pod under a stand-in kubelet's Config.Dir.
+func PodDir(kubeletDir string, pod *corev1.Pod) string {
+	return filepath.Join(kubeletDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+}
+
+// KillContainer kills a pod's running container at once (SIGKILL to its process group), as a
+// node crash or the OOM killer would; the kubelet that runs it then reports it terminated.
+// It works from any process on the machine.
+func KillContainer(kubeletDir string, pod *corev1.Pod) error {
+	data, err := os.ReadFile(filepath.Join(PodDir(kubeletDir, pod), PIDFileName))
+	if err != nil {
+		return fmt.Errorf("pod %s/%s has no running container here: %w", pod.Namespace, pod.Name, err)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(string(data), "%d", &pid); err != nil || pid <= 1 {
+		return fmt.Errorf("pod %s/%s: bad pid file %q", pod.Namespace, pod.Name, data)
+	}
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
 }

@@ -1,0 +1,44 @@
+package operator
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	valid := func() *Options {
+		return &Options{Executor: ExecutorJob, RunnerImage: "ghcr.io/fulfiller-sh/fulfiller:v0", MaxConcurrentRuns: 8,
+			RunnerTTL: time.Hour, ApplyDeadline: time.Hour, DestroyDeadline: time.Hour}
+	}
+	o := valid()
+	o.runnerResources = `{"requests":{"cpu":"200m","memory":"300Mi"}}`
+	o.runnerNodeSelector = `{"node-role.kubernetes.io/control-plane":""}`
+	o.runnerTolerations = `[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists","effect":"NoSchedule"}]`
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.RunnerResources.Requests.Cpu().String() != "200m" || len(o.RunnerNodeSelector) != 1 || len(o.RunnerTolerations) != 1 {
+		t.Errorf("parsed %+v %v %v", o.RunnerResources, o.RunnerNodeSelector, o.RunnerTolerations)
+	}
+	for _, tc := range []struct {
+		name, want string
+		change     func(*Options)
+	}{
+		{"job without image", "needs a runner image", func(o *Options) { o.RunnerImage = "" }},
+		{"unknown executor", `executor "docker" is not supported`, func(o *Options) { o.Executor = "docker" }},
+		{"no runs", "at least 1", func(o *Options) { o.MaxConcurrentRuns = 0 }},
+		{"bad resources", "parsing runner-resources", func(o *Options) { o.runnerResources = `{"requests":` }},
+		{"zero deadline", "must be positive", func(o *Options) { o.ApplyDeadline = 0 }},
+	} {
+		o := valid()
+		tc.change(o)
+		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	local := &Options{Executor: ExecutorLocal, MaxConcurrentRuns: 1, RunnerTTL: time.Hour, ApplyDeadline: time.Hour, DestroyDeadline: time.Hour}
+	if err := local.validate(); err != nil {
+		t.Errorf("the local executor needs no image: %v", err)
+	}
+}

@@ -1,0 +1,63 @@
+package tfrunner
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestServiceAccountEnv(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("sa-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), []byte("CA PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inPod := map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443", ServiceAccountDirEnv: dir}
+	getenv := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	kube := Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "c", "namespace": "n"}}
+
+	path := filepath.Join(t.TempDir(), "home", ".kube", "config")
+	env, err := serviceAccountEnv(kube, map[string]string{}, getenv(inPod), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env["KUBE_CONFIG_PATH"] != path {
+		t.Fatalf("env in a pod = %v", env)
+	}
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest.Host != "https://10.0.0.1:443" || rest.BearerTokenFile != filepath.Join(dir, "token") || rest.TLSClientConfig.CAFile != filepath.Join(dir, "ca.crt") {
+		t.Errorf("kubeconfig: host %s, token file %s, CA %s", rest.Host, rest.BearerTokenFile, rest.TLSClientConfig.CAFile)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig mode: %v, %v", info, err)
+	}
+	for name, tc := range map[string]struct {
+		backend Backend
+		env     map[string]string
+		getenv  map[string]string
+	}{
+		"not in a pod":          {kube, map[string]string{}, map[string]string{}},
+		"another backend":       {Backend{Type: "pg"}, map[string]string{}, inPod},
+		"kubeconfig given":      {kube, map[string]string{"KUBE_CONFIG_PATH": "/k"}, inPod},
+		"in-cluster configured": {Backend{Type: "kubernetes", Config: map[string]string{"in_cluster_config": "true"}}, map[string]string{}, inPod},
+	} {
+		if env, err := serviceAccountEnv(tc.backend, tc.env, getenv(tc.getenv), path); err != nil || env != nil {
+			t.Errorf("%s: env %v, err %v; want nothing", name, env, err)
+		}
+	}
+	missing := map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443", ServiceAccountDirEnv: t.TempDir()}
+	if _, err := serviceAccountEnv(kube, map[string]string{}, getenv(missing), path); err == nil {
+		t.Error("a pod without its token mounted: no error")
+	}
+}
