@@ -1,9 +1,11 @@
 // Package e2e drives the whole pipeline on the local environment: the real control plane,
-// the fulfiller binary (Karpenter core inside) with the local executor, real tofu runs of the
-// simulated node type and real joins.
+// the fulfiller binary (Karpenter core inside), real tofu runs of the simulated node type and
+// real joins. Runs are Kubernetes Jobs (the executor of a cluster), whose pods a stand-in
+// kubelet runs on this machine; E2E_EXECUTOR=local runs them as child processes instead.
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -35,7 +37,8 @@ import (
 )
 
 var env struct {
-	dir     string
+	executor string
+	dir      string
 	root    string // repository root
 	kube    client.Client
 	vars    map[string]string
@@ -67,7 +70,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env.dir = filepath.Join(tmp, "env")
-	up := exec.Command(bin, "dev", "up", "--dir", env.dir)
+	env.executor = cmp.Or(os.Getenv("E2E_EXECUTOR"), devenv.ExecutorJob)
+	up := exec.Command(bin, "dev", "up", "--dir", env.dir, "--executor", env.executor)
 	up.Stdout, up.Stderr = os.Stderr, os.Stderr
 	if err := up.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "dev up:", err)
@@ -352,4 +356,47 @@ func startScenario(t *testing.T, ctx context.Context, class *v1alpha1.TofuNodeCl
 	eventually(t, ctx, time.Minute, "nodeclass "+class.Name+" to be Ready", func(ctx context.Context) (bool, error) {
 		return devenv.NodeClassReady(ctx, env.kube, class.Name)
 	})
+}
+
+// runLog returns what a run printed: `kubectl logs job/<run>` for a runner Job (through the
+// API server's log path, as a user reads it), the run's log file for a local run.
+func runLog(t *testing.T, run v1alpha1.Run) string {
+	t.Helper()
+	if env.executor == devenv.ExecutorJob {
+		if run.Log != "job/"+run.Name {
+			t.Errorf("run %s: log %q, want job/%s", run.Name, run.Log, run.Name)
+		}
+		return kubectl(t, "-n", devenv.Namespace, "logs", "job/"+run.Name)
+	}
+	data, err := os.ReadFile(run.Log)
+	if err != nil {
+		t.Fatalf("reading the log of run %s: %v", run.Name, err)
+	}
+	return string(data)
+}
+
+// startedRuns counts the runs the executor ever started for a claim's operation: runner Jobs
+// labelled with the claim, or local run folders.
+func startedRuns(t *testing.T, ctx context.Context, claim, op string) int {
+	t.Helper()
+	if env.executor == devenv.ExecutorJob {
+		jobs, err := clientset(t).BatchV1().Jobs(devenv.Namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: claims.LabelNodeClaim + "=" + claim + ",fulfiller.sh/operation=" + op,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(jobs.Items)
+	}
+	runs, err := os.ReadDir(devenv.Layout{Dir: env.dir}.Runs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range runs {
+		if strings.HasPrefix(r.Name(), claim+"-"+op+"-") {
+			n++
+		}
+	}
+	return n
 }

@@ -99,14 +99,11 @@ func TestScaleUpAndDown(t *testing.T) {
 			_, err := whoAmI(ctx, token)
 			return apierrors.IsUnauthorized(err), nil
 		})
-		runLog, err := os.ReadFile(f.Status.Runs[0].Log)
-		if err != nil {
-			t.Fatalf("reading the run log of %s: %v", f.Name, err)
+		runLog := runLog(t, f.Status.Runs[0])
+		if !strings.Contains(runLog, `"type":"apply_complete"`) {
+			t.Errorf("run log of %s shows no completed apply:\n%s", f.Name, runLog)
 		}
-		if !strings.Contains(string(runLog), `"type":"apply_complete"`) {
-			t.Errorf("run log of %s shows no completed apply", f.Name)
-		}
-		if strings.Contains(string(runLog), token) || strings.Contains(string(runLog), strings.SplitN(token, ".", 2)[1]) {
+		if strings.Contains(runLog, token) || strings.Contains(runLog, strings.SplitN(token, ".", 2)[1]) {
 			t.Errorf("run log of %s contains the bootstrap token", f.Name)
 		}
 	}
@@ -268,8 +265,9 @@ func TestNeverJoinsIsCleanedUp(t *testing.T) {
 	cleanup(t, "silent", "e2e-silent", "e2e-silent")
 }
 
-// TestControllerRestartMidApply kills the controller while applies are in flight: the runs go
-// on, the restarted controller adopts them, and no claim gets a second apply or is lost.
+// TestControllerRestartMidApply kills the controller while applies are in flight: the runs
+// (runner Jobs) go on, the restarted controller adopts them, and no claim gets a second apply
+// or is lost.
 func TestControllerRestartMidApply(t *testing.T) {
 	ctx := ctxFor(t, 8*time.Minute)
 	startScenario(t, ctx,
@@ -310,10 +308,6 @@ func TestControllerRestartMidApply(t *testing.T) {
 	if len(claimList.Items) != len(ffs) {
 		t.Errorf("%d nodeclaims but %d fulfillments", len(claimList.Items), len(ffs))
 	}
-	runs, err := os.ReadDir(devenv.Layout{Dir: env.dir}.Runs())
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, f := range ffs {
 		applies := 0
 		for _, r := range f.Status.Runs {
@@ -321,12 +315,7 @@ func TestControllerRestartMidApply(t *testing.T) {
 				applies++
 			}
 		}
-		started := 0
-		for _, r := range runs {
-			if strings.HasPrefix(r.Name(), f.Name+"-apply-") {
-				started++
-			}
-		}
+		started := startedRuns(t, ctx, f.Name, "apply")
 		if applies != 1 || started != 1 {
 			t.Errorf("fulfillment %s: %d apply runs recorded, %d started, want 1 and 1", f.Name, applies, started)
 		}
