@@ -66,6 +66,11 @@ const maxMessageLen = 300
 // (internal/command/clistate/state.go), for every backend.
 const lockSummary = "Error acquiring the state lock"
 
+// lockInfoHeader starts the rendering of the holder's LockInfo in a statemgr.LockError. A
+// backend that must lock to create a missing state (kubernetes, pg) reports a held lock while
+// loading the state, under another summary ("Error loading state" during init), with it.
+const lockInfoHeader = "Lock Info:\n  ID:"
+
 // invalidModuleSummaries are summaries of diagnostics about the configuration or its inputs,
 // emitted while loading, validating or planning it.
 var invalidModuleSummaries = []string{
@@ -158,7 +163,7 @@ func Classify(diags []Diagnostic, runErr error) *RunError {
 		return newRunError(InvalidModule, runErr.Error())
 	}
 	for _, d := range errs {
-		if d.Summary == lockSummary {
+		if d.Summary == lockSummary || strings.Contains(d.Detail, lockInfoHeader) {
 			return newRunError(LockHeld, d.text())
 		}
 	}

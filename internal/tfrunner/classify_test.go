@@ -62,6 +62,7 @@ func readFixture(t *testing.T, name string) []Diagnostic {
 func TestClassifyFixtures(t *testing.T) {
 	for fixture, want := range map[string]ErrorClass{
 		"state-locked":                    LockHeld,
+		"kubernetes-state-locked-init":    LockHeld,
 		"syntax-error":                    InvalidModule,
 		"undeclared-reference":            InvalidModule,
 		"unsupported-argument":            InvalidModule,
