@@ -54,11 +54,15 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 	if destroy := lastRun(s.f, tfrunner.Destroy); destroy == nil || destroy.Phase != v1alpha1.RunRunning {
 		// An apply that failed before it wrote any state (and holds no lock) left nothing.
 		key := statelock.Key(s.f.Spec.StateKey)
-		exists, err := statelock.Exists(ctx, d.c.secrets, d.c.stateNamespace(s), key)
+		store, err := d.c.stateStore(ctx, s)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		holder, err := statelock.LockHolder(ctx, d.c.secrets, d.c.stateNamespace(s), key)
+		exists, err := store.Exists(ctx, key)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		holder, err := store.LockHolder(ctx, key)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -116,7 +120,11 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 
 // destroyed removes what the claim left: its state and lock, token and user data.
 func (d *finalizeStage) destroyed(ctx context.Context, s *claimState) (reconcile.Result, error) {
-	if err := statelock.Remove(ctx, d.c.kube, d.c.stateNamespace(s), statelock.Key(s.f.Spec.StateKey)); err != nil {
+	store, err := d.c.stateStore(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := store.Remove(ctx, statelock.Key(s.f.Spec.StateKey)); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := d.c.revokeTokens(ctx, s.f.Name); err != nil {

@@ -129,7 +129,10 @@ var tokenRules = []struct {
 	tokens []string
 }{
 	{Credentials, []string{"unauthorized", "401", "403", "forbidden", "invalid token", "token_readonly",
-		"invalid credentials", "authentication failed", "access denied"}},
+		"invalid credentials", "authentication failed", "access denied",
+		// State encryption (internal/encryption/base.go): a wrong key, or a plaintext state
+		// where encryption is enforced without a fallback.
+		"decryption failed", "unencrypted payload without unencrypted method configured"}},
 	{Quota, []string{"limit_exceeded", "server_limit_exceeded", "resource_limit_exceeded", "quota",
 		"quota_exceeded", "quotaexceeded"}},
 	{Capacity, []string{"resource_unavailable", "placement_error", "insufficient capacity",
