@@ -42,6 +42,7 @@ type PGBackendSpec struct {
 	// SchemaName is the schema holding the states table.
 	// +kubebuilder:default=fulfiller
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
 	// +optional
 	SchemaName string `json:"schemaName,omitempty"`
 }

@@ -62,9 +62,11 @@ type Backend struct {
 	// Type of the backend. The kubernetes backend keeps each state in a Secret and locks it
 	// with a Lease; pg keeps it in a PostgreSQL table (spec.backend.pg).
 	// +kubebuilder:default=kubernetes
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.type is immutable: the states of existing claims would be lost"
 	// +optional
 	Type BackendType `json:"type,omitempty"`
 	// Namespace for the kubernetes backend's Secrets and Leases (default: the fulfiller's).
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 	// PG configures the pg backend (type pg).
