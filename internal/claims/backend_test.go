@@ -86,6 +86,13 @@ func TestRunRequestBackend(t *testing.T) {
 				if cond := s.conds.Get(v1alpha1.ConditionApplied); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {
 					t.Errorf("Applied = %+v, runs %v", cond, f.Status.Runs)
 				}
+				// So does the destroy.
+				if _, err := (&finalizeStage{c: c}).start(context.Background(), s, 1); err != nil {
+					t.Fatal(err)
+				}
+				if cond := s.conds.Get(v1alpha1.ConditionDestroyed); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {
+					t.Errorf("Destroyed = %+v, runs %v", cond, f.Status.Runs)
+				}
 				return
 			}
 			if err != nil {

@@ -55,6 +55,9 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		// An apply that failed before it wrote any state (and holds no lock) left nothing.
 		key := statelock.Key(s.f.Spec.StateKey)
 		store, err := d.c.stateStore(ctx, s)
+		if be, ok := asBackendError(err); ok {
+			return d.blocked(s, be)
+		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -101,6 +104,9 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 
 func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (reconcile.Result, error) {
 	req, err := d.c.request(ctx, s, tfrunner.Destroy, attempt)
+	if be, ok := asBackendError(err); ok {
+		return d.blocked(s, be)
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -116,6 +122,13 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 	}
 	s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, "Destroying", "tofu destroy "+req.Name+" is running")
 	return reconcile.Result{RequeueAfter: pollInterval}, nil
+}
+
+// blocked records that the machine cannot be destroyed until the class's backend Secrets are
+// usable again (the class shows the same reason).
+func (d *finalizeStage) blocked(s *claimState, be *BackendError) (reconcile.Result, error) {
+	s.conds.SetFalse(v1alpha1.ConditionDestroyed, be.Reason, be.Message)
+	return reconcile.Result{RequeueAfter: notReadyRecheck}, nil
 }
 
 // destroyed removes what the claim left: its state and lock, token and user data.

@@ -24,7 +24,8 @@ const pgTable = "states"
 // a schema per claim. The backend locks a state with a session-level advisory lock on the
 // row's id (ids come from one sequence in the public schema, so they are unique in the
 // database), which PostgreSQL releases when the session ends: a killed run leaves no stale
-// lock, and there is no force-unlock.
+// lock, and there is no force-unlock. `tofu init` runs in the default workspace, which the
+// backend creates once as an empty row named "default"; no claim uses it.
 
 // PGBackend is the `-backend-config` of the pg backend for a schema. The connection string
 // comes from the runner's environment (PGConnEnv); the claim's workspace is selected by the
