@@ -38,7 +38,7 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 		return tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default", false)}
 	}
 	// A passphrase with template sequences and quotes: they must reach pbkdf2 unchanged.
-	passphrase := `p4ss "phrase" with ${not.a.reference} and %{ if x }`
+	passphrase := testPassphrase
 	encEnv, err := statelock.EncryptionEnv(passphrase, "")
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 	}
 
 	// A wrong key cannot read the state.
-	wrongEnv, err := statelock.EncryptionEnv("another passphrase, 16+ chars", "")
+	wrongEnv, err := statelock.EncryptionEnv(wrongPassphrase, "")
 	if err != nil {
 		t.Fatal(err)
 	}

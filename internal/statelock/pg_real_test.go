@@ -49,7 +49,7 @@ func TestPGBackend(t *testing.T) {
 	conn := startPostgres(t)
 	store := statelock.PGStore{ConnStr: conn, Schema: "fulfiller"}
 	env := statelock.PGConnEnv(conn)
-	encEnv, err := statelock.EncryptionEnv("a passphrase for pg states", "")
+	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "")
 	if err != nil {
 		t.Fatal(err)
 	}

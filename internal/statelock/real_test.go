@@ -32,6 +32,13 @@ func TestMain(m *testing.M) {
 // log or message.
 const fakeToken = "q7w3e9.zx81c5v0b2n4m6l8"
 
+// Passphrases of the tests: like the token, in no log or message.
+const (
+	testPassphrase  = `p4ss "phrase" with ${not.a.reference} and %{ if x }`
+	wrongPassphrase = "another passphrase, 16+ chars"
+	pgPassphrase    = "a passphrase for pg states"
+)
+
 const userData = "#cloud-config\nwrite_files:\n- path: /etc/kubeadm/join.yaml\n  content: |\n    token: " + fakeToken + "\n"
 
 // userDataHash is what modules/sim keeps of the user data in its state (a replacement
@@ -109,7 +116,7 @@ func run(t *testing.T, ctx context.Context, req tfrunner.Request) (tfrunner.Resu
 	var log testenv.SyncBuffer
 	res := tfrunner.Run(ctx, req, &log)
 	out := log.String()
-	secrets := []string{fakeToken}
+	secrets := []string{fakeToken, testPassphrase, wrongPassphrase, pgPassphrase}
 	for k, v := range req.Env {
 		if k != "FULFILLER_BINARY" && k != "KUBE_CONFIG_PATH" {
 			secrets = append(secrets, v)
