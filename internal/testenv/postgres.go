@@ -36,7 +36,11 @@ type Postgres struct {
 // postgresBin finds the folder with initdb and postgres: PostgresBinEnv, else the newest
 // /usr/lib/postgresql/<version>/bin (Debian's layout).
 func postgresBin() (string, error) {
+	const install = "install them with: apt-get install -y --no-install-recommends postgresql (.ci/run does)"
 	if dir := os.Getenv(PostgresBinEnv); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err != nil {
+			return "", fmt.Errorf("postgresql server binaries not found in %s=%s: %w; %s", PostgresBinEnv, dir, err, install)
+		}
 		return dir, nil
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
@@ -46,8 +50,7 @@ func postgresBin() (string, error) {
 			return dir, nil
 		}
 	}
-	return "", errors.New("postgresql server binaries not found in /usr/lib/postgresql/*/bin (set " + PostgresBinEnv +
-		" or install them: apt-get install -y --no-install-recommends postgresql; .ci/run does)")
+	return "", errors.New("postgresql server binaries (initdb, postgres) not found in /usr/lib/postgresql/*/bin or " + PostgresBinEnv + "; " + install)
 }
 
 func pgVersion(binDir string) int {
