@@ -6,6 +6,7 @@ require (
 	github.com/awslabs/operatorpkg v0.0.0-20261002163259-5e8ed3699dea
 	github.com/hashicorp/terraform-config-inspect v0.0.0-20260904064934-75d64de68c31
 	github.com/hashicorp/terraform-exec v0.26.0
+	github.com/lib/pq v1.12.3
 	github.com/samber/lo v1.53.0
 	k8s.io/api v0.36.1
 	k8s.io/apiextensions-apiserver v0.36.0

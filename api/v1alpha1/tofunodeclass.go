@@ -52,20 +52,29 @@ type ModuleSource struct {
 }
 
 // BackendType names an OpenTofu state backend.
-// +kubebuilder:validation:Enum=kubernetes
+// +kubebuilder:validation:Enum=kubernetes;pg
 type BackendType string
 
 const BackendKubernetes BackendType = "kubernetes"
 
+// +kubebuilder:validation:XValidation:rule="self.type != 'pg' || has(self.pg)",message="backend type pg needs spec.backend.pg"
 type Backend struct {
 	// Type of the backend. The kubernetes backend keeps each state in a Secret and locks it
-	// with a Lease.
+	// with a Lease; pg keeps it in a PostgreSQL table (spec.backend.pg).
 	// +kubebuilder:default=kubernetes
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.type is immutable: the states of existing claims would be lost"
 	// +optional
 	Type BackendType `json:"type,omitempty"`
 	// Namespace for the kubernetes backend's Secrets and Leases (default: the fulfiller's).
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
+	// PG configures the pg backend (type pg).
+	// +optional
+	PG *PGBackendSpec `json:"pg,omitempty"`
+	// Encryption encrypts every claim's state and plans with a key from a Secret.
+	// +optional
+	Encryption *BackendEncryption `json:"encryption,omitempty"`
 }
 
 type BootstrapSpec struct {
@@ -157,6 +166,9 @@ const (
 	// ConditionJoinPreflight is True when the cluster lets machines join with a bootstrap
 	// token: public cluster-info, bootstrapper RBAC for CSRs and their auto-approval.
 	ConditionJoinPreflight = "JoinPreflight"
+	// ConditionBackendReady is True when the Secrets the backend and state encryption need
+	// exist and hold usable values.
+	ConditionBackendReady = "BackendReady"
 )
 
 // StatusConditions: Ready is set by the status controller itself, with the reason and message

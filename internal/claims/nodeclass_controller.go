@@ -42,6 +42,9 @@ type NodeClassController struct {
 	recorder events.Recorder
 	// preflight checks that the cluster lets machines join (bootstrap.Preflight).
 	preflight func(context.Context) (*bootstrap.PreflightFailure, error)
+	// secrets reads (uncached) the backend's Secrets in secretNamespace, the fulfiller's.
+	secrets         client.Reader
+	secretNamespace string
 }
 
 // Re-check intervals: a class that is not Ready is looked at often, so it recovers soon after
@@ -53,9 +56,16 @@ const (
 
 // NewNodeClassController builds the controller; reader reads uncached (cluster-info).
 func NewNodeClassController(kube client.Client, reader client.Reader, clk clock.Clock, recorder events.Recorder) *NodeClassController {
-	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
+	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, secrets: reader, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
 		return bootstrap.Preflight(ctx, kube, reader)
 	}}
+}
+
+// WithSecretNamespace sets the namespace of the Secrets classes refer to (the fulfiller's):
+// the pg connection string and the state encryption key.
+func (c *NodeClassController) WithSecretNamespace(namespace string) *NodeClassController {
+	c.secretNamespace = namespace
+	return c
 }
 
 func (c *NodeClassController) Register(_ context.Context, m manager.Manager) error {
@@ -82,6 +92,18 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 		}
 	} else {
 		conds.SetTrue(v1alpha1.ConditionModuleValid)
+	}
+	if _, err := readBackend(ctx, c.secrets, c.secretNamespace, nc.Spec.Backend); err != nil {
+		be, ok := asBackendError(err)
+		if !ok {
+			return reconcile.Result{}, fmt.Errorf("checking backend: %w", err)
+		}
+		conds.SetFalse(v1alpha1.ConditionBackendReady, be.Reason, be.Message)
+		if notReady == nil {
+			notReady = []string{be.Reason, be.Message}
+		}
+	} else {
+		conds.SetTrue(v1alpha1.ConditionBackendReady)
 	}
 	failure, err := c.preflight(ctx)
 	if err != nil {

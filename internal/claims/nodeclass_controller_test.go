@@ -2,12 +2,16 @@ package claims
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +21,9 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
+
+// statePassphrase is a secret value the class's Secrets hold; it must show nowhere.
+const statePassphrase = "correct horse battery staple"
 
 type recordedEvents struct{ events []events.Event }
 
@@ -59,6 +66,27 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		{name: "spec invalid", module: good, reason: ReasonInvalidSpec, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.NodeTypes[0].Offerings[0].Price = "cheap"
 		}},
+		{name: "encrypted", module: good, ready: true, reason: "Ready", mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "passphrase"}}
+		}},
+		{name: "encryption secret missing", module: good, reason: ReasonEncryptionKeyMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "no-such-secret", Key: "passphrase"}}
+		}},
+		{name: "encryption key missing", module: good, reason: ReasonEncryptionKeyMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "other"}}
+		}},
+		{name: "encryption key too short", module: good, reason: ReasonInvalidEncryptionKey, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "short"}}
+		}},
+		{name: "pg", module: good, ready: true, reason: "Ready", mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}}}
+		}},
+		{name: "pg connection secret missing", module: good, reason: ReasonBackendSecretMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "url"}}}
+		}},
+		{name: "pg without settings", module: good, reason: ReasonInvalidBackend, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := testClass()
@@ -66,9 +94,15 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			if tc.mutate != nil {
 				tc.mutate(nc)
 			}
-			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
+			secrets := []client.Object{
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "state-key"},
+					Data: map[string][]byte{"passphrase": []byte(statePassphrase), "short": []byte("0123456789")}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
+					Data: map[string][]byte{"conn": []byte("postgres://fulfiller:" + statePassphrase + "@db/states")}},
+			}
+			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithObjects(secrets...).WithStatusSubresource(nc).Build()
 			rec := &recordedEvents{}
-			c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(time.Now()), rec)
+			c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(time.Now()), rec).WithSecretNamespace("fulfiller")
 			c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return tc.preflight, nil }
 			got := &v1alpha1.TofuNodeClass{}
 			if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {
@@ -86,6 +120,9 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			}
 			if !tc.ready && ready.Message == "" {
 				t.Error("Ready=False without a message")
+			}
+			if strings.Contains(ready.Message, statePassphrase) || strings.Contains(fmt.Sprint(rec.events), statePassphrase) {
+				t.Error("a secret value is in the condition or an event")
 			}
 			if len(rec.events) != 1 || rec.events[0].Reason != tc.reason {
 				t.Errorf("events = %+v, want one %s", rec.events, tc.reason)

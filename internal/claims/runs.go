@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -109,14 +108,21 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		maps.Copy(params, s.nt.Variables)
 		labels = nodeLabels(s.nt, s.f)
 	}
+	backend, workspace, backendEnv, err := c.runBackend(ctx, s)
+	if err != nil {
+		return tfrunner.Request{}, err
+	}
+	env := maps.Clone(c.opts.RunEnv)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, backendEnv)
 	return tfrunner.Request{
 		Name:      runName(s.f, op, attempt),
 		Operation: op,
 		ModuleDir: s.f.Spec.Module,
-		Backend: tfrunner.Backend{
-			Type:   string(v1alpha1.BackendKubernetes),
-			Config: statelock.KubernetesBackend(statelock.Key(s.f.Spec.StateKey), c.stateNamespace(s)),
-		},
+		Backend:   backend,
+		Workspace: workspace,
 		Variables: map[string]any{
 			tfrunner.VarNodeName:   s.f.Spec.NodeName,
 			tfrunner.VarNodeType:   s.f.Spec.NodeType,
@@ -125,7 +131,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 			tfrunner.VarLabels:     labels,
 			tfrunner.VarParameters: params,
 		},
-		Env:         maps.Clone(c.opts.RunEnv),
+		Env:         env,
 		TofuPath:    c.opts.TofuPath,
 		LockTimeout: 30 * time.Second,
 	}, nil

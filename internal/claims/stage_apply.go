@@ -73,6 +73,11 @@ func (a *applyStage) startRun(ctx context.Context, s *claimState, attempt int, r
 		return reconcile.Result{RequeueAfter: lockRecheck}, err
 	}
 	req, err := a.c.request(ctx, s, tfrunner.Apply, attempt)
+	if be, ok := asBackendError(err); ok {
+		// The class shows the same reason (BackendReady); no run starts until it is fixed.
+		s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, be.Reason, be.Message)
+		return reconcile.Result{RequeueAfter: notReadyRecheck}, nil
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -111,27 +116,26 @@ func (a *applyStage) succeeded(s *claimState, res *tfrunner.Result) (reconcile.R
 	return reconcile.Result{Requeue: true}, nil
 }
 
-// failed decides what a failed apply means: capacity → the offering is marked unavailable and
-// Karpenter plans again; retryable → another attempt after a backoff; otherwise the claim is
-// replaced and the reason stays on the Fulfillment. A terminal failure (invalid module or
-// inputs, bad credentials) marks the offering unavailable too: the same inputs would fail
-// again, and replacing claims in a hot loop helps nobody.
+// failed records a failed apply as decideApplyFailure says: the offering marked unavailable
+// and the claim replaced, another attempt after a backoff, or the claim replaced; the class
+// stays on the Fulfillment as the Applied condition's reason.
 func (a *applyStage) failed(ctx context.Context, s *claimState, run *v1alpha1.Run) (reconcile.Result, error) {
 	class := tfrunner.ErrorClass(run.ErrorClass)
 	s.events = append(s.events, runFailedEvent(s.f, run.Name, run.ErrorClass, run.Message))
 	log.FromContext(ctx).Info("tofu apply failed", "run", run.Name, "class", class, "message", run.Message)
+	decision := decideApplyFailure(class)
 	switch {
-	case class.InsufficientCapacity(), class.Terminal():
+	case decision.MarkUnavailable:
 		a.c.unavailable.MarkUnavailable(s.f.Spec.NodeType, s.f.Spec.Zone, s.f.Spec.CapacityType)
-		s.conds.SetFalse(v1alpha1.ConditionApplied, run.ErrorClass, run.Message)
+		s.conds.SetFalse(v1alpha1.ConditionApplied, decision.Reason, run.Message)
 		s.replaceClaim = true
 		return reconcile.Result{}, nil
-	case (class.Retryable() || class == tfrunner.Unknown) && run.Attempt < a.c.opts.MaxApplyAttempts:
+	case decision.Retry && run.Attempt < a.c.opts.MaxApplyAttempts:
 		wait := a.c.backoff(run.Attempt)
-		s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, run.ErrorClass, fmt.Sprintf("%s (retrying in %s)", run.Message, wait))
+		s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, decision.Reason, fmt.Sprintf("%s (retrying in %s)", run.Message, wait))
 		return reconcile.Result{RequeueAfter: wait}, nil
 	default:
-		s.conds.SetFalse(v1alpha1.ConditionApplied, run.ErrorClass, run.Message)
+		s.conds.SetFalse(v1alpha1.ConditionApplied, decision.Reason, run.Message)
 		s.replaceClaim = true
 		return reconcile.Result{}, nil
 	}

@@ -54,11 +54,18 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 	if destroy := lastRun(s.f, tfrunner.Destroy); destroy == nil || destroy.Phase != v1alpha1.RunRunning {
 		// An apply that failed before it wrote any state (and holds no lock) left nothing.
 		key := statelock.Key(s.f.Spec.StateKey)
-		exists, err := statelock.Exists(ctx, d.c.secrets, d.c.stateNamespace(s), key)
+		store, err := d.c.stateStore(ctx, s)
+		if be, ok := asBackendError(err); ok {
+			return d.blocked(s, be)
+		}
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		holder, err := statelock.LockHolder(ctx, d.c.secrets, d.c.stateNamespace(s), key)
+		exists, err := store.Exists(ctx, key)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		holder, err := store.LockHolder(ctx, key)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -103,6 +110,9 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 		return reconcile.Result{RequeueAfter: lockRecheck}, err
 	}
 	req, err := d.c.request(ctx, s, tfrunner.Destroy, attempt)
+	if be, ok := asBackendError(err); ok {
+		return d.blocked(s, be)
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -120,9 +130,20 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 	return reconcile.Result{RequeueAfter: pollInterval}, nil
 }
 
+// blocked records that the machine cannot be destroyed until the class's backend Secrets are
+// usable again (the class shows the same reason).
+func (d *finalizeStage) blocked(s *claimState, be *BackendError) (reconcile.Result, error) {
+	s.conds.SetFalse(v1alpha1.ConditionDestroyed, be.Reason, be.Message)
+	return reconcile.Result{RequeueAfter: notReadyRecheck}, nil
+}
+
 // destroyed removes what the claim left: its state and lock, token and user data.
 func (d *finalizeStage) destroyed(ctx context.Context, s *claimState) (reconcile.Result, error) {
-	if err := statelock.Remove(ctx, d.c.kube, d.c.stateNamespace(s), statelock.Key(s.f.Spec.StateKey)); err != nil {
+	store, err := d.c.stateStore(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := store.Remove(ctx, statelock.Key(s.f.Spec.StateKey)); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := d.c.revokeTokens(ctx, s.f.Name); err != nil {

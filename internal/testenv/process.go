@@ -21,6 +21,11 @@ type process struct {
 }
 
 func startProcess(name, binary, logDir string, args ...string) (*process, error) {
+	return startProcessAs(name, binary, logDir, nil, args...)
+}
+
+// startProcessAs is startProcess with the process running as cred (nil: as this process).
+func startProcessAs(name, binary, logDir string, cred *syscall.Credential, args ...string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -28,7 +33,7 @@ func startProcess(name, binary, logDir string, args ...string) (*process, error)
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)

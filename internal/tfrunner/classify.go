@@ -66,6 +66,11 @@ const maxMessageLen = 300
 // (internal/command/clistate/state.go), for every backend.
 const lockSummary = "Error acquiring the state lock"
 
+// lockInfoHeader starts the rendering of the holder's LockInfo in a statemgr.LockError. A
+// backend that must lock to create a missing state (kubernetes, pg) reports a held lock while
+// loading the state, under another summary ("Error loading state" during init), with it.
+const lockInfoHeader = "Lock Info:\n  ID:"
+
 // invalidModuleSummaries are summaries of diagnostics about the configuration or its inputs,
 // emitted while loading, validating or planning it.
 var invalidModuleSummaries = []string{
@@ -124,7 +129,10 @@ var tokenRules = []struct {
 	tokens []string
 }{
 	{Credentials, []string{"unauthorized", "401", "403", "forbidden", "invalid token", "token_readonly",
-		"invalid credentials", "authentication failed", "access denied"}},
+		"invalid credentials", "authentication failed", "access denied",
+		// State encryption (internal/encryption/base.go): a wrong key, or a plaintext state
+		// where encryption is enforced without a fallback.
+		"decryption failed", "unencrypted payload without unencrypted method configured"}},
 	{Quota, []string{"limit_exceeded", "server_limit_exceeded", "resource_limit_exceeded", "quota",
 		"quota_exceeded", "quotaexceeded"}},
 	{Capacity, []string{"resource_unavailable", "placement_error", "insufficient capacity",
@@ -158,7 +166,7 @@ func Classify(diags []Diagnostic, runErr error) *RunError {
 		return newRunError(InvalidModule, runErr.Error())
 	}
 	for _, d := range errs {
-		if d.Summary == lockSummary {
+		if d.Summary == lockSummary || strings.Contains(d.Detail, lockInfoHeader) {
 			return newRunError(LockHeld, d.text())
 		}
 	}

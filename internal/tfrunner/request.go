@@ -43,6 +43,10 @@ type Request struct {
 	// WorkDir is a fresh folder the run owns.
 	WorkDir string  `json:"workDir"`
 	Backend Backend `json:"backend"`
+	// Workspace is the OpenTofu workspace the operation uses (empty: default), for backends
+	// that keep one state per workspace (pg). init runs in the default workspace; the runner
+	// then selects this one, creating it when missing.
+	Workspace string `json:"workspace,omitempty"`
 	// Variables are the module inputs of the module contract: node_name, node_type, zone,
 	// user_data (sensitive), labels, parameters. Only those the module declares are passed.
 	Variables map[string]any `json:"variables,omitempty"`
@@ -103,6 +107,9 @@ func (r Request) Validate() error {
 	if r.Backend.Type != "" && !isIdentifier(r.Backend.Type) {
 		return fmt.Errorf("%w: invalid backend type %q", ErrInvalidRequest, r.Backend.Type)
 	}
+	if r.Workspace != "" && !isWorkspaceName(r.Workspace) {
+		return fmt.Errorf("%w: invalid workspace name %q", ErrInvalidRequest, r.Workspace)
+	}
 	if r.LockTimeout < 0 {
 		return fmt.Errorf("%w: negative lock timeout", ErrInvalidRequest)
 	}
@@ -133,6 +140,12 @@ func isIdentifier(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// isWorkspaceName accepts a DNS-1123 label as a workspace name (OpenTofu accepts more, but
+// state keys are labels).
+func isWorkspaceName(s string) bool {
+	return validateName(s) == nil
 }
 
 // WriteRequest writes req to path (mode 0600, atomically).

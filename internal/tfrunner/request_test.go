@@ -19,6 +19,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		ModuleDir:   "/modules/sim",
 		WorkDir:     dir,
 		Backend:     Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "claim-a"}},
+		Workspace:   "claim-a",
 		Variables:   map[string]any{"node_name": "claim-a", "user_data": "secret", "labels": map[string]any{"a": "b"}},
 		Env:         map[string]string{"KUBECONFIG": "/k"},
 		TofuPath:    "/bin/tofu",
@@ -76,6 +77,7 @@ func TestRequestValidate(t *testing.T) {
 		"no tofu":           func(r *Request) { r.TofuPath = "" },
 		"backend injection": func(r *Request) { r.Backend.Type = `local" {}` },
 		"negative timeout":  func(r *Request) { r.LockTimeout = -time.Second },
+		"workspace path":    func(r *Request) { r.Workspace = "../claim" },
 	} {
 		r := valid
 		mutate(&r)

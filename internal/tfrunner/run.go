@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -41,6 +42,11 @@ func Run(ctx context.Context, req Request, log io.Writer) Result {
 	out.note("info", fmt.Sprintf("%s of run %s started", req.Operation, req.Name))
 
 	err := run(ctx, req, out, &res)
+	if err != nil && ctx.Err() != nil {
+		// tfexec's error matches both context.Canceled and context.DeadlineExceeded; the
+		// context says which it was.
+		err = fmt.Errorf("%w (%s)", ctx.Err(), oneLine(err.Error(), maxMessageLen))
+	}
 	out.flush()
 	res.Error = Classify(out.diagnostics(), err)
 	if res.Error != nil {
@@ -111,6 +117,11 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err := tf.InitJSON(ctx, out, initOpts...); err != nil {
 		return fmt.Errorf("tofu init: %w", err)
 	}
+	if req.Workspace != "" {
+		if err := selectWorkspace(ctx, tf, req.Workspace); err != nil {
+			return err
+		}
+	}
 
 	lockTimeout := tfexec.LockTimeout(fmt.Sprintf("%dms", req.LockTimeout.Milliseconds()))
 	switch req.Operation {
@@ -132,6 +143,24 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 		return fmt.Errorf("tofu output: %w", err)
 	}
 	return readOutputs(outputs, res)
+}
+
+// selectWorkspace selects a workspace, creating it when it does not exist yet. A concurrent
+// run may create it in between: then selecting it succeeds.
+func selectWorkspace(ctx context.Context, tf *tfexec.Terraform, name string) error {
+	existing, _, err := tf.WorkspaceList(ctx)
+	if err != nil {
+		return fmt.Errorf("tofu workspace list: %w", err)
+	}
+	if !slices.Contains(existing, name) {
+		if err := tf.WorkspaceNew(ctx, name); err == nil {
+			return nil
+		}
+	}
+	if err := tf.WorkspaceSelect(ctx, name); err != nil {
+		return fmt.Errorf("tofu workspace select %s: %w", name, err)
+	}
+	return nil
 }
 
 // prepareModule copies the module at src into dst, which it empties first. Hidden files and

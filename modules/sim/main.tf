@@ -30,6 +30,10 @@ locals {
     capacity = "error: resource_unavailable: server type ${var.node_type} is not available in ${var.zone}"
     quota    = "error: server_limit_exceeded: the project's server limit is reached (resource_limit_exceeded), cannot create a ${var.node_type} in ${var.zone}"
     invalid  = "error: invalid_input: invalid input in field 'server_type': ${var.node_type} cannot be created in ${var.zone}"
+    # What terraform-provider-hcloud prints for a wrong or revoked API token.
+    credentials = "error: unable to authenticate (unauthorized)"
+    # What it prints when the project's request budget is used up; retrying later helps.
+    transient = "error: limit of 3600 requests per hour reached (rate_limit_exceeded)"
   }
 
   # A change to any of these is a new server.

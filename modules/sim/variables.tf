@@ -64,8 +64,8 @@ variable "parameters" {
     error_message = "parameters.sim_dir is required: an absolute folder under which each machine keeps its state dir."
   }
   validation {
-    condition     = contains(["", "capacity", "quota", "invalid"], lookup(var.parameters, "apply_error", ""))
-    error_message = "parameters.apply_error must be \"\", \"capacity\", \"quota\" or \"invalid\"."
+    condition     = contains(["", "capacity", "quota", "invalid", "credentials", "transient"], lookup(var.parameters, "apply_error", ""))
+    error_message = "parameters.apply_error must be \"\", \"capacity\", \"quota\", \"invalid\", \"credentials\" or \"transient\"."
   }
   validation {
     condition     = contains(["true", "false"], lookup(var.parameters, "never_join", "false"))

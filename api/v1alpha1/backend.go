@@ -1,0 +1,51 @@
+package v1alpha1
+
+// BackendPG keeps each claim's state as a row of a PostgreSQL table (OpenTofu's pg backend),
+// locked with PostgreSQL advisory locks, which end with the session that holds them.
+const BackendPG BackendType = "pg"
+
+// SecretKeyRef names one key of a Secret in the fulfiller's namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Key in the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
+}
+
+// EncryptionMethod is how OpenTofu encrypts state and plans.
+// +kubebuilder:validation:Enum=aes_gcm
+type EncryptionMethod string
+
+const EncryptionAESGCM EncryptionMethod = "aes_gcm"
+
+// BackendEncryption turns on OpenTofu's state and plan encryption for every claim of the
+// class. The key is a passphrase (at least 16 characters) from which the pbkdf2 key provider
+// derives the key; runs get it in their TF_ENCRYPTION environment, never on a command line.
+// Encryption is enforced: a run never writes or reads an unencrypted state or plan.
+type BackendEncryption struct {
+	// KeySecretRef is the Secret key holding the passphrase.
+	KeySecretRef SecretKeyRef `json:"keySecretRef"`
+	// Method of encryption.
+	// +kubebuilder:default=aes_gcm
+	// +optional
+	Method EncryptionMethod `json:"method,omitempty"`
+}
+
+// PGBackendSpec configures the pg backend. All claims share one schema; each claim's state is
+// the OpenTofu workspace named after the claim.
+type PGBackendSpec struct {
+	// ConnSecretRef is the Secret key holding the connection string
+	// (postgres://user:password@host:5432/db?sslmode=require). Runs get it as PG_CONN_STR.
+	ConnSecretRef SecretKeyRef `json:"connSecretRef"`
+	// SchemaName is the schema holding the states table.
+	// +kubebuilder:default=fulfiller
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
+	// +optional
+	SchemaName string `json:"schemaName,omitempty"`
+}
+
+// DefaultPGSchema is the pg backend's schema when the class names none.
+const DefaultPGSchema = "fulfiller"

@@ -1,0 +1,111 @@
+package claims
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// The backend's secrets reach a run only through its environment (the Job executor keeps the
+// request in a Secret); the backend configuration, which tofu writes to disk and which a Job
+// spec could show, holds none.
+func TestRunRequestBackend(t *testing.T) {
+	const conn = "postgres://fulfiller:" + statePassphrase + "@db:5432/states?sslmode=require"
+	secrets := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "state-key"},
+			Data: map[string][]byte{"passphrase": []byte(statePassphrase)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
+			Data: map[string][]byte{"conn": []byte(conn)}},
+	).Build()
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := NewFulfillmentController(secrets, secrets, clk, nil, nil, NewUnavailableOfferings(clk, time.Minute),
+		Options{Namespace: "fulfiller", TofuPath: "/bin/tofu", RunEnv: map[string]string{"KUBE_CONFIG_PATH": "/k"}})
+	encryption := &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "passphrase"}}
+	wantEnc, err := statelock.EncryptionEnv(statePassphrase, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		backend   v1alpha1.Backend
+		wantType  string
+		config    map[string]string
+		workspace string
+		env       map[string]string
+		reason    string // of the BackendError, when the request cannot be built
+	}{
+		{name: "kubernetes", backend: v1alpha1.Backend{}, wantType: "kubernetes",
+			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"}, env: map[string]string{"KUBE_CONFIG_PATH": "/k"}},
+		{name: "kubernetes encrypted", backend: v1alpha1.Backend{Encryption: encryption}, wantType: "kubernetes",
+			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"},
+			env:    map[string]string{"KUBE_CONFIG_PATH": "/k", "TF_ENCRYPTION": wantEnc["TF_ENCRYPTION"]}},
+		{name: "pg encrypted", wantType: "pg", workspace: "claim-a",
+			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, Encryption: encryption,
+				PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}, SchemaName: "nodes"}},
+			config: map[string]string{"schema_name": "nodes"},
+			env:    map[string]string{"KUBE_CONFIG_PATH": "/k", "PG_CONN_STR": conn, "TF_ENCRYPTION": wantEnc["TF_ENCRYPTION"]}},
+		{name: "pg default schema", wantType: "pg", workspace: "claim-a",
+			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}}},
+			config:  map[string]string{"schema_name": "fulfiller"},
+			env:     map[string]string{"KUBE_CONFIG_PATH": "/k", "PG_CONN_STR": conn}},
+		{name: "encryption key missing", reason: ReasonEncryptionKeyMissing,
+			backend: v1alpha1.Backend{Encryption: &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "gone", Key: "passphrase"}}}},
+		{name: "pg secret missing", reason: ReasonBackendSecretMissing,
+			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "nope"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := testClass()
+			nc.Spec.Backend = tc.backend
+			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
+			f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "claim-a", "/m", "claim-a"
+			s := &claimState{f: f, nc: nc, conds: f.StatusConditions()}
+			req, err := c.request(context.Background(), s, tfrunner.Apply, 1)
+			if tc.reason != "" {
+				be, ok := asBackendError(err)
+				if !ok || be.Reason != tc.reason || strings.Contains(be.Message, statePassphrase) {
+					t.Fatalf("error %v, want a BackendError %s", err, tc.reason)
+				}
+				// The apply stage shows the reason and starts nothing.
+				if _, err := (&applyStage{c: c}).startRun(context.Background(), s, 1, true); err != nil {
+					t.Fatal(err)
+				}
+				if cond := s.conds.Get(v1alpha1.ConditionApplied); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {
+					t.Errorf("Applied = %+v, runs %v", cond, f.Status.Runs)
+				}
+				// So does the destroy.
+				if _, err := (&finalizeStage{c: c}).start(context.Background(), s, 1); err != nil {
+					t.Fatal(err)
+				}
+				if cond := s.conds.Get(v1alpha1.ConditionDestroyed); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {
+					t.Errorf("Destroyed = %+v, runs %v", cond, f.Status.Runs)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Backend.Type != tc.wantType || req.Workspace != tc.workspace || !maps.Equal(req.Backend.Config, tc.config) || !maps.Equal(req.Env, tc.env) {
+				t.Errorf("request backend %+v workspace %q env keys %v", req.Backend, req.Workspace, slices.Sorted(maps.Keys(req.Env)))
+			}
+			for k, v := range req.Backend.Config {
+				if strings.Contains(v, statePassphrase) {
+					t.Errorf("backend config %s holds a secret", k)
+				}
+			}
+		})
+	}
+}
