@@ -94,7 +94,9 @@ func TestGateChecks(t *testing.T) {
 	}{
 		{"cni: ready", func() gateObservation { return checkCNI(node(nil), nil, nil) }, true, ""},
 		{"cni: not ready", func() gateObservation {
-			return checkCNI(node(func(n *corev1.Node) { n.Status.Conditions[0].Status, n.Status.Conditions[0].Reason = corev1.ConditionFalse, "KubeletNotReady" }), nil, nil)
+			return checkCNI(node(func(n *corev1.Node) {
+				n.Status.Conditions[0].Status, n.Status.Conditions[0].Reason = corev1.ConditionFalse, "KubeletNotReady"
+			}), nil, nil)
 		}, false, "node Ready is False (KubeletNotReady)"},
 		{"cni: network unavailable", func() gateObservation {
 			return checkCNI(node(func(n *corev1.Node) {
