@@ -1,7 +1,10 @@
 package claims
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/karpenter/pkg/events"
 
@@ -38,7 +41,7 @@ func joinTimeoutEvent(obj runtime.Object, message string) events.Event {
 
 func gateOpenedEvent(obj runtime.Object, cond, message string) events.Event {
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: cond,
-		Message: message, DedupeValues: []string{cond}}
+		Message: message, DedupeValues: []string{objectKey(obj), cond}}
 }
 
 // gateTimeoutEvent goes to the Fulfillment and the NodeClaim once, when a gate misses its
@@ -49,12 +52,22 @@ func gateTimeoutEvent(obj runtime.Object, reason, message string, policy v1alpha
 		action = "replacing the claim (policy Replace)"
 	}
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: reason,
-		Message: message + "; " + action, DedupeValues: []string{reason}}
+		Message: message + "; " + action, DedupeValues: []string{objectKey(obj), reason}}
 }
 
 func userDataFailedEvent(obj runtime.Object, reason, message string) events.Event {
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: reason,
-		Message: message + "; no machine created", DedupeValues: []string{reason}}
+		Message: message + "; no machine created", DedupeValues: []string{objectKey(obj), reason}}
+}
+
+// objectKey names an event's object for de-duplication: the recorder's key is only the
+// reason and the dedupe values, so without it events of different objects would collapse.
+func objectKey(obj runtime.Object) string {
+	name := ""
+	if m, err := meta.Accessor(obj); err == nil {
+		name = m.GetName()
+	}
+	return fmt.Sprintf("%T/%s", obj, name)
 }
 
 func destroyedEvent(obj runtime.Object) events.Event {

@@ -38,7 +38,10 @@ func (g *gateStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 		return reconcile.Result{}, fmt.Errorf("reading node: %w", err)
 	}
 	gates := gatesFor(s.nc, s.nt)
-	waited := g.c.clock.Since(s.f.Status.Stages.Registered.Time)
+	// Taken before any taint is removed: a gate's stage time is never after a pod that the
+	// open gate let in was scheduled.
+	now := g.c.clock.Now()
+	waited := now.Sub(s.f.Status.Stages.Registered.Time)
 	decisions := map[string][]gateDecision{}
 	remove := staleGateTaints(node, gates)
 	var result reconcile.Result
@@ -85,13 +88,13 @@ func (g *gateStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 			}
 			continue
 		}
-		g.apply(s, cond, rollUp(ds), ds, policy, waited)
+		g.apply(s, cond, rollUp(ds), policy, now, waited)
 	}
 	return result, nil
 }
 
 // apply records one condition's decision: stage time, metric and event on a change.
-func (g *gateStage) apply(s *claimState, cond string, d gateDecision, all []gateDecision, policy v1alpha1.GatePolicy, waited time.Duration) {
+func (g *gateStage) apply(s *claimState, cond string, d gateDecision, policy v1alpha1.GatePolicy, now time.Time, waited time.Duration) {
 	before := s.conds.Get(cond)
 	kind := gateKindOf(cond)
 	nodeType := s.nt.Name
@@ -101,8 +104,8 @@ func (g *gateStage) apply(s *claimState, cond string, d gateDecision, all []gate
 			return
 		}
 		s.conds.SetTrueWithReason(cond, d.reason, d.message)
-		now := metav1.NewTime(g.c.clock.Now())
-		setGateStage(&s.f.Status.Stages, cond, &now)
+		opened := metav1.NewTime(now)
+		setGateStage(&s.f.Status.Stages, cond, &opened)
 		s.events = append(s.events, gateOpenedEvent(s.f, cond, d.message))
 		s.afterWrite = append(s.afterWrite, func() { gateDuration.WithLabelValues(kind, nodeType).Observe(waited.Seconds()) })
 	case metav1.ConditionUnknown:

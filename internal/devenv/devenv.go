@@ -43,6 +43,9 @@ func (l Layout) ControllerPID() string { return filepath.Join(l.Dir, "controller
 func (l Layout) ReadyFile() string     { return filepath.Join(l.Dir, "ready") }
 func (l Layout) ServerFile() string    { return filepath.Join(l.Dir, "apiserver") }
 
+// MetricsPortFile holds the port of the controller's Prometheus metrics endpoint.
+func (l Layout) MetricsPortFile() string { return filepath.Join(l.Dir, "metrics-port") }
+
 // Up starts the environment in the background and returns once the controller is ready.
 func Up(dir string, timeout time.Duration) error {
 	dir, err := filepath.Abs(dir)
@@ -198,6 +201,9 @@ func (c *controller) start() error {
 		return err
 	}
 	c.healthPort = ports[1]
+	if err := os.WriteFile(c.layout.MetricsPortFile(), []byte(strconv.Itoa(ports[0])), 0o600); err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(c.layout.ControllerLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
