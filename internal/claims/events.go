@@ -70,6 +70,11 @@ func objectKey(obj runtime.Object) string {
 	return fmt.Sprintf("%T/%s", obj, name)
 }
 
+func applyOverdueEvent(obj runtime.Object, message string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: ReasonApplyOverdue,
+		Message: message, DedupeValues: []string{objectKey(obj)}}
+}
+
 func destroyedEvent(obj runtime.Object) events.Event {
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "Destroyed",
 		Message: "machine destroyed and state removed"}

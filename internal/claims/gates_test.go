@@ -347,3 +347,35 @@ func assertTaints(t *testing.T, kube client.Client, name string, want ...string)
 		t.Errorf("node taints %v, want %v", got, want)
 	}
 }
+
+// TestApplyOverdue: an apply running past its node type's deadline is reported once, not
+// stopped.
+func TestApplyOverdue(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	nc := testClass()
+	nt := &nc.Spec.NodeTypes[0]
+	nt.Deadlines.Apply = &metav1.Duration{Duration: time.Minute}
+	started := metav1.NewTime(clk.Now())
+	f := &v1alpha1.Fulfillment{}
+	f.Status.Stages.ApplyStarted = &started
+	s := &claimState{f: f, nc: nc, nt: nt}
+	s.conds = f.StatusConditions(status.WithClock(clk))
+	a := &applyStage{&FulfillmentController{clock: clk}}
+	run := &v1alpha1.Run{Name: "c-apply-1"}
+	clk.Step(30 * time.Second)
+	a.reportOverdue(s, run)
+	if c := s.conds.Get(v1alpha1.ConditionApplied); c.Reason == ReasonApplyOverdue || len(s.events) != 0 {
+		t.Fatalf("reported overdue within the deadline: %+v", c)
+	}
+	for range 2 {
+		clk.Step(40 * time.Second)
+		a.reportOverdue(s, run)
+	}
+	c := s.conds.Get(v1alpha1.ConditionApplied)
+	if !c.IsUnknown() || c.Reason != ReasonApplyOverdue || c.Message != "c-apply-1: still running after the node type's apply deadline of 1m" {
+		t.Errorf("Applied = %+v", c)
+	}
+	if len(s.events) != 1 {
+		t.Errorf("%d events, want one", len(s.events))
+	}
+}
