@@ -122,6 +122,13 @@ type Stages struct {
 	Registered *metav1.Time `json:"registered,omitempty"`
 	// +optional
 	Initialized *metav1.Time `json:"initialized,omitempty"`
+	// CNIReady, GPUReady and GatesReady: when each readiness gate opened (its taint removed).
+	// +optional
+	CNIReady *metav1.Time `json:"cniReady,omitempty"`
+	// +optional
+	GPUReady *metav1.Time `json:"gpuReady,omitempty"`
+	// +optional
+	GatesReady *metav1.Time `json:"gatesReady,omitempty"`
 	// +optional
 	DestroyStarted *metav1.Time `json:"destroyStarted,omitempty"`
 	// +optional
@@ -167,7 +174,7 @@ const (
 )
 
 func (in *Fulfillment) StatusConditions(opts ...status.ForOption) status.ConditionSet {
-	return status.NewReadyConditions(ConditionApplied, ConditionJoined, ConditionInitialized).For(in, opts...)
+	return status.NewReadyConditions(ConditionApplied, ConditionJoined, ConditionCNIReady, ConditionGPUReady, ConditionGatesReady, ConditionInitialized).For(in, opts...)
 }
 
 func (in *Fulfillment) GetConditions() []status.Condition { return in.Status.Conditions }

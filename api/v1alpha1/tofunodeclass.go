@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"github.com/awslabs/operatorpkg/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -40,6 +41,10 @@ type TofuNodeClassSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	NodeTypes []NodeType `json:"nodeTypes"`
+	// Readiness declares the gates (taints under readiness.k8s.io/) a node passes before pods
+	// may land on it, and what happens when one misses its deadline.
+	// +optional
+	Readiness ReadinessSpec `json:"readiness,omitempty"`
 }
 
 type ModuleSource struct {
@@ -92,6 +97,17 @@ type BootstrapSpec struct {
 	// KubernetesVersion the machines run, recorded in the drift hash.
 	// +optional
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// KubeletExtraArgs are passed to every machine's kubelet (kubeadm's kubeletExtraArgs);
+	// a node type's own args of the same name win. provider-id, node-labels and
+	// register-with-taints are the fulfiller's.
+	// +optional
+	KubeletExtraArgs []KubeletArg `json:"kubeletExtraArgs,omitempty"`
+	// ExtraCloudConfig is a #cloud-config document merged into the rendered user data: its
+	// write_files come after the fulfiller's (a file at the fulfiller's path is an error), its
+	// runcmd before `kubeadm join`, its other keys as they are (a key the fulfiller sets is an
+	// error).
+	// +optional
+	ExtraCloudConfig string `json:"extraCloudConfig,omitempty"`
 }
 
 type NodeType struct {
@@ -128,6 +144,18 @@ type NodeType struct {
 	// +kubebuilder:default="10m"
 	// +optional
 	JoinTimeout *metav1.Duration `json:"joinTimeout,omitempty"`
+	// Deadlines of the apply and of each readiness gate (see StageDeadlines).
+	// +optional
+	Deadlines StageDeadlines `json:"deadlines,omitempty"`
+	// KubeletExtraArgs of this type, over the class's.
+	// +optional
+	KubeletExtraArgs []KubeletArg `json:"kubeletExtraArgs,omitempty"`
+	// UserDataLimit is the most user data this type's cloud accepts (Hetzner Cloud: 32Ki).
+	// Over it the user data is gzipped and base64-encoded (cloud-init decompresses it);
+	// still over, the claim fails with UserDataTooLarge and no machine is created. No limit
+	// when unset.
+	// +optional
+	UserDataLimit *resource.Quantity `json:"userDataLimit,omitempty"`
 }
 
 type Offering struct {

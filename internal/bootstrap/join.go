@@ -92,6 +92,10 @@ type JoinSpec struct {
 	Taints            []corev1.Taint    // registration taints
 	CRISocket         string
 	KubeletExtraArgs  []Arg
+	// ExtraCloudConfig is the user's #cloud-config merged into ours (see mergeCloudConfig).
+	ExtraCloudConfig string
+	// UserDataLimit is the most bytes the node type's cloud accepts; 0 for no limit.
+	UserDataLimit int64
 }
 
 // JoinConfiguration builds the kubeadm JoinConfiguration for spec.
@@ -141,44 +145,13 @@ func ParseNodeLabels(v string) map[string]string {
 	return labels
 }
 
-// cloudConfig is the part of #cloud-config the fulfiller writes.
-type cloudConfig struct {
-	WriteFiles []writeFile `json:"write_files"`
-	RunCmd     [][]string  `json:"runcmd"`
-}
-
-type writeFile struct {
-	Path        string `json:"path"`
-	Permissions string `json:"permissions"`
-	Owner       string `json:"owner,omitempty"`
-	Content     string `json:"content"`
-}
-
-const cloudConfigHeader = "#cloud-config\n"
-
-// RenderUserData renders the cloud-init user data that joins the machine: the
-// JoinConfiguration written 0600 and `kubeadm join` run once, then the file removed.
-func RenderUserData(spec JoinSpec) ([]byte, error) {
-	join, err := yaml.Marshal(spec.JoinConfiguration())
-	if err != nil {
-		return nil, fmt.Errorf("encoding JoinConfiguration: %w", err)
-	}
-	body, err := yaml.Marshal(cloudConfig{
-		WriteFiles: []writeFile{{Path: JoinConfigPath, Permissions: "0600", Owner: "root:root", Content: string(join)}},
-		RunCmd: [][]string{
-			{"kubeadm", "join", "--config", JoinConfigPath},
-			{"rm", "-f", JoinConfigPath},
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("encoding cloud-config: %w", err)
-	}
-	return append([]byte(cloudConfigHeader), body...), nil
-}
-
 // ParseUserData reads the JoinConfiguration back out of user data rendered by RenderUserData
 // (what a machine's cloud-init would write to JoinConfigPath).
 func ParseUserData(data []byte) (*JoinConfiguration, error) {
+	data, err := DecodeUserData(data)
+	if err != nil {
+		return nil, err
+	}
 	if !bytes.HasPrefix(data, []byte(cloudConfigHeader)) {
 		return nil, errors.New("user data is not #cloud-config")
 	}

@@ -173,10 +173,23 @@ func TestPhase(t *testing.T) {
 			c.SetTrue(v1alpha1.ConditionApplied)
 			c.SetFalse(v1alpha1.ConditionJoined, "JoinTimeout", "never joined")
 		})},
-		{"ready", PhaseReady, "", mk(false, 1, func(c status.ConditionSet) {
+		{"gating", PhaseGating, "AwaitingGpu", mk(false, 1, func(c status.ConditionSet) {
 			c.SetTrue(v1alpha1.ConditionApplied)
 			c.SetTrue(v1alpha1.ConditionJoined)
-			c.SetTrue(v1alpha1.ConditionInitialized)
+			c.SetTrue(v1alpha1.ConditionCNIReady)
+			c.SetUnknownWithReason(v1alpha1.ConditionGPUReady, "AwaitingGpu", "nvidia.com/gpu allocatable 0 of 1")
+		})},
+		{"gate missed its deadline", PhaseDegraded, ReasonGPUNotRegistered, mk(false, 1, func(c status.ConditionSet) {
+			c.SetTrue(v1alpha1.ConditionApplied)
+			c.SetTrue(v1alpha1.ConditionJoined)
+			c.SetTrue(v1alpha1.ConditionCNIReady)
+			c.SetFalse(v1alpha1.ConditionGPUReady, ReasonGPUNotRegistered, "nvidia.com/gpu allocatable 0 of 1 after 10m")
+		})},
+		{"ready", PhaseReady, "", mk(false, 1, func(c status.ConditionSet) {
+			for _, t := range []string{v1alpha1.ConditionApplied, v1alpha1.ConditionJoined, v1alpha1.ConditionCNIReady,
+				v1alpha1.ConditionGPUReady, v1alpha1.ConditionGatesReady, v1alpha1.ConditionInitialized} {
+				c.SetTrue(t)
+			}
 		})},
 		{"destroying", PhaseDestroying, "Destroying", mk(true, 1, func(c status.ConditionSet) {
 			c.SetUnknownWithReason(v1alpha1.ConditionDestroyed, "Destroying", "running")

@@ -1,9 +1,14 @@
 package claims
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 // Events are built here only, and published when a condition changes, never per reconcile;
@@ -32,6 +37,42 @@ func joinedEvent(obj runtime.Object, node string) events.Event {
 func joinTimeoutEvent(obj runtime.Object, message string) events.Event {
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: ReasonJoinTimeout,
 		Message: message}
+}
+
+func gateOpenedEvent(obj runtime.Object, cond, message string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: cond,
+		Message: message, DedupeValues: []string{objectKey(obj), cond}}
+}
+
+// gateTimeoutEvent goes to the Fulfillment and the NodeClaim once, when a gate misses its
+// deadline.
+func gateTimeoutEvent(obj runtime.Object, reason, message string, policy v1alpha1.GatePolicy) events.Event {
+	action := "keeping the node (policy ReportOnly)"
+	if policy == v1alpha1.GatePolicyReplace {
+		action = "replacing the claim (policy Replace)"
+	}
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: reason,
+		Message: message + "; " + action, DedupeValues: []string{objectKey(obj), reason}}
+}
+
+func userDataFailedEvent(obj runtime.Object, reason, message string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: reason,
+		Message: message + "; no machine created", DedupeValues: []string{objectKey(obj), reason}}
+}
+
+// objectKey names an event's object for de-duplication: the recorder's key is only the
+// reason and the dedupe values, so without it events of different objects would collapse.
+func objectKey(obj runtime.Object) string {
+	name := ""
+	if m, err := meta.Accessor(obj); err == nil {
+		name = m.GetName()
+	}
+	return fmt.Sprintf("%T/%s", obj, name)
+}
+
+func applyOverdueEvent(obj runtime.Object, message string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: ReasonApplyOverdue,
+		Message: message, DedupeValues: []string{objectKey(obj)}}
 }
 
 func destroyedEvent(obj runtime.Object) events.Event {

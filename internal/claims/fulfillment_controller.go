@@ -80,6 +80,8 @@ type claimState struct {
 	// replaceClaim asks Karpenter to replace the claim; done only after the status that
 	// says why is written.
 	replaceClaim bool
+	// afterWrite runs once the status is written (metrics of what changed).
+	afterWrite []func()
 }
 
 type stage interface {
@@ -124,7 +126,7 @@ func (c *FulfillmentController) Reconcile(ctx context.Context, f *v1alpha1.Fulfi
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	return c.finish(ctx, s, f, []stage{&bootstrapStage{c}, &tokenStage{c}, &applyStage{c}, &joinStage{c}, &initializationStage{c}, replaceStage{}})
+	return c.finish(ctx, s, f, []stage{&bootstrapStage{c}, &tokenStage{c}, &applyStage{c}, &joinStage{c}, &gateStage{c}, &initializationStage{c}, replaceStage{}})
 }
 
 func (c *FulfillmentController) gather(ctx context.Context, f *v1alpha1.Fulfillment) (*claimState, error) {
@@ -177,6 +179,9 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 			errs = append(errs, fmt.Errorf("writing status: %w", err))
 		default:
 			c.recorder.Publish(s.events...)
+			for _, fn := range s.afterWrite {
+				fn()
+			}
 		}
 	}
 	if s.replaceClaim {

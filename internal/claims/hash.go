@@ -29,7 +29,8 @@ func nodeHash(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) string {
 		Type      v1alpha1.NodeType
 	}{nc.Spec.Module, nc.Spec.Backend, nc.Spec.Variables, nc.Spec.Bootstrap, *nt.DeepCopy()}
 	in.Type.Offerings = nil
-	data, _ := json.Marshal(in) // maps marshal with sorted keys: stable
+	in.Type.Deadlines = v1alpha1.StageDeadlines{} // how long stages may take does not change a node
+	data, _ := json.Marshal(in)                   // maps marshal with sorted keys: stable
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
 }

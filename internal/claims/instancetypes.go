@@ -30,6 +30,8 @@ func instanceTypes(nc *v1alpha1.TofuNodeClass, unavailable *UnavailableOfferings
 }
 
 func instanceType(nt *v1alpha1.NodeType, unavailable *UnavailableOfferings) (*cloudprovider.InstanceType, error) {
+	// A type that cannot register within Karpenter's window is listed but never launched.
+	fits, _ := registrationFit(nt)
 	zones, capacityTypes := []string{}, []string{}
 	offerings := make(cloudprovider.Offerings, 0, len(nt.Offerings))
 	for _, o := range nt.Offerings {
@@ -45,7 +47,7 @@ func instanceType(nt *v1alpha1.NodeType, unavailable *UnavailableOfferings) (*cl
 				scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, ct),
 			),
 			Price:     price,
-			Available: !o.Unavailable && !unavailable.IsUnavailable(nt.Name, o.Zone, ct),
+			Available: fits && !o.Unavailable && !unavailable.IsUnavailable(nt.Name, o.Zone, ct),
 		})
 	}
 	reqs := scheduling.NewRequirements(

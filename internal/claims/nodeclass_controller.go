@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +33,9 @@ const (
 	ReasonInvalidSpec    = "InvalidSpec"
 	ReasonModuleNotFound = "ModuleNotFound"
 	ReasonInvalidModule  = "InvalidModule"
+	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
+	// Karpenter's 15 minutes.
+	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"
 )
 
 // NodeClassController keeps a TofuNodeClass's Ready condition true only while the class can
@@ -117,6 +122,16 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	} else {
 		conds.SetTrue(v1alpha1.ConditionJoinPreflight)
 	}
+	if misfits, launchable := registrationWindowCheck(&nc.Spec); len(misfits) > 0 {
+		msg := fmt.Sprintf("node types %s cannot register within Karpenter's %s registration window; they are not launchable",
+			strings.Join(misfits, ", "), shortDuration(registrationWindow))
+		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, ReasonExceedsRegistrationWindow, msg)
+		if launchable == 0 && notReady == nil {
+			notReady = []string{ReasonExceedsRegistrationWindow, msg}
+		}
+	} else {
+		conds.SetTrueWithReason(v1alpha1.ConditionRegistrationWindow, "Fits", "every node type's apply deadline and join timeout fit the registration window")
+	}
 	recheck := readyRecheck
 	if notReady != nil {
 		conds.SetFalse(status.ConditionReady, notReady[0], notReady[1])
@@ -164,6 +179,19 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
 		if nt.JoinTimeout != nil && nt.JoinTimeout.Duration <= 0 {
 			errs = append(errs, fmt.Errorf("node type %s: joinTimeout must be positive", nt.Name))
 		}
+		for name, d := range map[string]*metav1.Duration{"apply": nt.Deadlines.Apply, "cni": nt.Deadlines.CNI, "gpu": nt.Deadlines.GPU, "custom": nt.Deadlines.Custom} {
+			if d != nil && d.Duration <= 0 {
+				errs = append(errs, fmt.Errorf("node type %s: deadlines.%s must be positive", nt.Name, name))
+			}
+		}
+		errs = append(errs, checkKubeletArgs("node type "+nt.Name, nt.KubeletExtraArgs)...)
+		if nt.UserDataLimit != nil && nt.UserDataLimit.Sign() <= 0 {
+			errs = append(errs, fmt.Errorf("node type %s: userDataLimit must be positive", nt.Name))
+		}
+	}
+	errs = append(errs, checkKubeletArgs("bootstrap", spec.Bootstrap.KubeletExtraArgs)...)
+	if err := bootstrap.ValidateExtraCloudConfig(spec.Bootstrap.ExtraCloudConfig); err != nil {
+		errs = append(errs, fmt.Errorf("bootstrap.extraCloudConfig: %w", err))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -173,6 +201,30 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
 		msgs[i] = e.Error()
 	}
 	return errors.New(strings.Join(msgs, "; "))
+}
+
+func checkKubeletArgs(where string, args []v1alpha1.KubeletArg) []error {
+	var errs []error
+	for _, a := range args {
+		if slices.Contains(reservedKubeletArgs, a.Name) {
+			errs = append(errs, fmt.Errorf("%s: kubelet arg %s is set by the fulfiller", where, a.Name))
+		}
+	}
+	return errs
+}
+
+// registrationWindowCheck names the node types whose apply deadline and join timeout cannot
+// fit Karpenter's fixed 15-minute registration window: Karpenter would delete their claims
+// before a slow machine registers, so their offerings are not launchable.
+func registrationWindowCheck(spec *v1alpha1.TofuNodeClassSpec) (misfits []string, launchable int) {
+	for i := range spec.NodeTypes {
+		if ok, why := registrationFit(&spec.NodeTypes[i]); !ok {
+			misfits = append(misfits, why)
+		} else {
+			launchable++
+		}
+	}
+	return misfits, launchable
 }
 
 // checkModule reads the module's HCL and checks the module contract.

@@ -57,6 +57,8 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		mutate               func(*v1alpha1.TofuNodeClass)
 		preflight            *bootstrap.PreflightFailure
 		ready                bool
+		// window: the misfit types the RegistrationWindow condition names; "" when all fit
+		window string
 	}{
 		{name: "valid", module: good, ready: true, reason: "Ready"},
 		{name: "module folder missing", module: "/nonexistent/module", reason: ReasonModuleNotFound},
@@ -87,6 +89,17 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		{name: "pg without settings", module: good, reason: ReasonInvalidBackend, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG}
 		}},
+		// One type too slow for Karpenter's window: a warning, the class still launches the other.
+		{name: "one type cannot register in time", module: good, ready: true, reason: "Ready", window: "large (apply 6m + join 10m = 16m)",
+			mutate: func(nc *v1alpha1.TofuNodeClass) {
+				nc.Spec.NodeTypes[1].Deadlines.Apply = &metav1.Duration{Duration: 6 * time.Minute}
+			}},
+		{name: "no type can register in time", module: good, reason: ReasonExceedsRegistrationWindow, window: "small (apply 4m + join 12m = 16m), large",
+			mutate: func(nc *v1alpha1.TofuNodeClass) {
+				for i := range nc.Spec.NodeTypes {
+					nc.Spec.NodeTypes[i].JoinTimeout = &metav1.Duration{Duration: 12 * time.Minute}
+				}
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := testClass()
@@ -117,6 +130,10 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			ready := got.StatusConditions().Get(status.ConditionReady)
 			if ready == nil || ready.IsTrue() != tc.ready || ready.Reason != tc.reason {
 				t.Fatalf("Ready = %+v, want ready=%v reason %s", ready, tc.ready, tc.reason)
+			}
+			win := got.StatusConditions().Get(v1alpha1.ConditionRegistrationWindow)
+			if fits := tc.window == ""; win == nil || win.IsTrue() != fits || (!fits && (win.Reason != ReasonExceedsRegistrationWindow || !strings.Contains(win.Message, tc.window))) {
+				t.Errorf("RegistrationWindow = %+v, want fits=%v naming %q", win, fits, tc.window)
 			}
 			if !tc.ready && ready.Message == "" {
 				t.Error("Ready=False without a message")

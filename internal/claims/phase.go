@@ -11,6 +11,8 @@ const (
 	PhasePending      = "Pending"
 	PhaseApplying     = "Applying"
 	PhaseJoining      = "Joining"
+	PhaseGating       = "Gating"
+	PhaseDegraded     = "Degraded"
 	PhaseInitializing = "Initializing"
 	PhaseReady        = "Ready"
 	PhaseFailed       = "Failed"
@@ -37,6 +39,9 @@ func phase(f *v1alpha1.Fulfillment) (string, string, string) {
 	steps := []struct{ cond, phase string }{
 		{v1alpha1.ConditionApplied, PhaseApplying},
 		{v1alpha1.ConditionJoined, PhaseJoining},
+		{v1alpha1.ConditionCNIReady, PhaseGating},
+		{v1alpha1.ConditionGPUReady, PhaseGating},
+		{v1alpha1.ConditionGatesReady, PhaseGating},
 		{v1alpha1.ConditionInitialized, PhaseInitializing},
 	}
 	for _, st := range steps {
@@ -44,6 +49,9 @@ func phase(f *v1alpha1.Fulfillment) (string, string, string) {
 		switch {
 		case c == nil:
 			return PhasePending, "", ""
+		case c.IsFalse() && st.phase == PhaseGating:
+			// A gate that missed its deadline: the node is kept or replaced by policy.
+			return explain(PhaseDegraded, st.cond)
 		case c.IsFalse():
 			return explain(PhaseFailed, st.cond)
 		case !c.IsTrue():

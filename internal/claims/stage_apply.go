@@ -48,6 +48,7 @@ func (a *applyStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 			run.Message = st.Progress
 			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, "Applying", run.Name+": "+st.Progress)
 		}
+		a.reportOverdue(s, run)
 		return reconcile.Result{RequeueAfter: pollInterval}, nil
 	}
 	a.c.finishRun(run, st)
@@ -139,4 +140,26 @@ func (a *applyStage) failed(ctx context.Context, s *claimState, run *v1alpha1.Ru
 		s.replaceClaim = true
 		return reconcile.Result{}, nil
 	}
+}
+
+// ReasonApplyOverdue: the apply runs longer than its node type's apply deadline. It is
+// reported, not stopped: the claim's registration window decides its fate.
+const ReasonApplyOverdue = "ApplyOverdue"
+
+// reportOverdue says so on the Applied condition, with one event, once an apply runs past its
+// node type's deadline.
+func (a *applyStage) reportOverdue(s *claimState, run *v1alpha1.Run) {
+	if s.nt == nil || s.f.Status.Stages.ApplyStarted == nil {
+		return
+	}
+	deadline := orDefault(s.nt.Deadlines.Apply, DefaultApplyDeadline)
+	running := a.c.clock.Since(s.f.Status.Stages.ApplyStarted.Time)
+	if running < deadline {
+		return
+	}
+	msg := fmt.Sprintf("%s: still running after the node type's apply deadline of %s", run.Name, shortDuration(deadline))
+	if c := s.conds.Get(v1alpha1.ConditionApplied); c == nil || c.Reason != ReasonApplyOverdue {
+		s.events = append(s.events, applyOverdueEvent(s.f, msg))
+	}
+	s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, ReasonApplyOverdue, msg)
 }

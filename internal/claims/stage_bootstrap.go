@@ -2,6 +2,7 @@ package claims
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -32,7 +33,7 @@ const (
 type bootstrapStage struct{ c *FulfillmentController }
 
 func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
-	if s.f.Status.UserDataSecret != "" || s.conds.IsTrue(v1alpha1.ConditionApplied) {
+	if s.f.Status.UserDataSecret != "" || s.conds.IsTrue(v1alpha1.ConditionApplied) || failed(s) {
 		return reconcile.Result{}, nil
 	}
 	if s.nc == nil || s.nt == nil {
@@ -61,6 +62,34 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	userData, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
+		APIServerEndpoint: s.nc.Spec.Bootstrap.APIServerEndpoint,
+		Token:             tok,
+		CACertHash:        caHash,
+		NodeName:          s.f.Spec.NodeName,
+		ProviderID:        s.f.Spec.ProviderID,
+		Labels:            kubeletLabels(nodeLabels(s.nt, s.f)),
+		Taints:            append([]corev1.Taint{karpv1.UnregisteredNoExecuteTaint}, GateTaints(s.nc, s.nt)...),
+		CRISocket:         s.nc.Spec.Bootstrap.CRISocket,
+		KubeletExtraArgs:  kubeletArgs(s.nc, s.nt),
+		ExtraCloudConfig:  s.nc.Spec.Bootstrap.ExtraCloudConfig,
+		UserDataLimit:     userDataLimit(s.nt),
+	})
+	if reason := renderFailure(err); reason != "" {
+		// The same inputs fail for every claim of this type: no machine, no token, and the
+		// offering is not tried again for a while.
+		b.c.unavailable.MarkUnavailable(s.f.Spec.NodeType, s.f.Spec.Zone, s.f.Spec.CapacityType)
+		s.conds.SetFalse(v1alpha1.ConditionApplied, reason, err.Error())
+		s.events = append(s.events, userDataFailedEvent(s.f, reason, err.Error()))
+		if s.claim != nil {
+			s.events = append(s.events, userDataFailedEvent(s.claim, reason, err.Error()))
+		}
+		s.replaceClaim = true
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	ttl := tokenTTL(s.nc)
 	labels := map[string]string{LabelNodeClaim: s.f.Name}
 	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
@@ -70,19 +99,6 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	})
 	if err := b.c.kube.Create(ctx, tokenSecret); err != nil {
 		return reconcile.Result{}, fmt.Errorf("creating bootstrap token: %w", err)
-	}
-	userData, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
-		APIServerEndpoint: s.nc.Spec.Bootstrap.APIServerEndpoint,
-		Token:             tok,
-		CACertHash:        caHash,
-		NodeName:          s.f.Spec.NodeName,
-		ProviderID:        s.f.Spec.ProviderID,
-		Labels:            kubeletLabels(nodeLabels(s.nt, s.f)),
-		Taints:            []corev1.Taint{karpv1.UnregisteredNoExecuteTaint},
-		CRISocket:         s.nc.Spec.Bootstrap.CRISocket,
-	})
-	if err != nil {
-		return reconcile.Result{}, err
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -97,6 +113,51 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	}
 	s.f.Status.UserDataSecret, s.f.Status.TokenID = name, tok.ID
 	return reconcile.Result{}, nil
+}
+
+// Reasons of a claim whose user data cannot be rendered.
+const (
+	ReasonUserDataTooLarge   = "UserDataTooLarge"
+	ReasonInvalidCloudConfig = "InvalidExtraCloudConfig"
+)
+
+// renderFailure maps an error of RenderUserData to the reason of a claim that cannot get a
+// machine; "" for other errors.
+func renderFailure(err error) string {
+	switch {
+	case errors.Is(err, bootstrap.ErrUserDataTooLarge):
+		return ReasonUserDataTooLarge
+	case errors.Is(err, bootstrap.ErrInvalidCloudConfig):
+		return ReasonInvalidCloudConfig
+	}
+	return ""
+}
+
+// kubeletArgs are the class's kubelet args with the node type's over them, by name.
+func kubeletArgs(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) []bootstrap.Arg {
+	var out []bootstrap.Arg
+	index := map[string]int{}
+	for _, list := range [][]v1alpha1.KubeletArg{nc.Spec.Bootstrap.KubeletExtraArgs, nt.KubeletExtraArgs} {
+		for _, a := range list {
+			if i, ok := index[a.Name]; ok {
+				out[i].Value = a.Value
+				continue
+			}
+			index[a.Name] = len(out)
+			out = append(out, bootstrap.Arg{Name: a.Name, Value: a.Value})
+		}
+	}
+	return out
+}
+
+// reservedKubeletArgs are set by the fulfiller; a NodeClass may not set them.
+var reservedKubeletArgs = []string{"provider-id", "node-labels", "register-with-taints"}
+
+func userDataLimit(nt *v1alpha1.NodeType) int64 {
+	if nt.UserDataLimit == nil {
+		return 0
+	}
+	return nt.UserDataLimit.Value()
 }
 
 func userDataSecretName(f *v1alpha1.Fulfillment) string { return f.Name + "-userdata" }

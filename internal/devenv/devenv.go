@@ -54,6 +54,9 @@ func (l Layout) Executor() string {
 	return strings.TrimSpace(string(data))
 }
 
+// MetricsPortFile holds the port of the controller's Prometheus metrics endpoint.
+func (l Layout) MetricsPortFile() string { return filepath.Join(l.Dir, "metrics-port") }
+
 // Up starts the environment in the background and returns once the controller is ready.
 // executor is ExecutorLocal (runs are child processes of the controller) or ExecutorJob
 // (runs are Jobs, whose pods a stand-in kubelet runs on this machine).
@@ -229,6 +232,9 @@ func (c *controller) start() error {
 		return err
 	}
 	c.healthPort = ports[1]
+	if err := os.WriteFile(c.layout.MetricsPortFile(), []byte(strconv.Itoa(ports[0])), 0o600); err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(c.layout.ControllerLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err

@@ -107,6 +107,10 @@ func startCommand(args []string, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat-interval", DefaultHeartbeatInterval, "Lease renewal interval")
 	neverJoin := fs.Bool("never-join", false, "boot but never join the cluster")
 	address := fs.String("address", "127.0.0.1", "InternalIP the Node reports")
+	cniDelay := fs.Duration("cni-delay", 0, "time from registration until the network plugin is up (Node Ready, NetworkUnavailable False)")
+	cniNever := fs.Bool("cni-never", false, "the network plugin never comes up")
+	gpuDelay := fs.Duration("gpu-delay", 0, "time from registration until the device plugin registers the GPUs (allocatable 0 before)")
+	gpuNever := fs.Bool("gpu-never", false, "the device plugin never registers the GPUs")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -149,6 +153,10 @@ func startCommand(args []string, stderr io.Writer) error {
 		Capacity:          capacity,
 		BootDelay:         *bootDelay,
 		NeverJoin:         *neverJoin,
+		CNIDelay:          *cniDelay,
+		CNINever:          *cniNever,
+		GPUDelay:          *gpuDelay,
+		GPUNever:          *gpuNever,
 		HeartbeatInterval: *heartbeat,
 		StateDir:          *stateDir,
 		Addresses: []corev1.NodeAddress{

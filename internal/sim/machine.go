@@ -53,6 +53,15 @@ type MachineConfig struct {
 	StateDir string `json:"stateDir,omitempty"`
 	// Addresses the Node reports; by default InternalIP 127.0.0.1 and its Hostname.
 	Addresses []corev1.NodeAddress `json:"addresses,omitempty"`
+	// CNIDelay models a slow network plugin: from registration until it passes, the Node is
+	// Ready=False and NetworkUnavailable=True. CNINever: the plugin never comes up.
+	CNIDelay time.Duration `json:"cniDelay,omitempty"`
+	CNINever bool          `json:"cniNever,omitempty"`
+	// GPUDelay models a slow device plugin: from registration until it passes, the GPU
+	// resource (the capacity's extended resources) is allocatable 0. GPUNever: the plugin
+	// never registers.
+	GPUDelay time.Duration `json:"gpuDelay,omitempty"`
+	GPUNever bool          `json:"gpuNever,omitempty"`
 }
 
 func (c MachineConfig) withDefaults() MachineConfig {
@@ -75,6 +84,9 @@ func (c MachineConfig) validate() error {
 	}
 	if c.BootDelay < 0 {
 		errs = append(errs, fmt.Errorf("boot delay %s is negative", c.BootDelay))
+	}
+	if c.CNIDelay < 0 || c.GPUDelay < 0 {
+		errs = append(errs, fmt.Errorf("cni delay %s and gpu delay %s may not be negative", c.CNIDelay, c.GPUDelay))
 	}
 	return errors.Join(errs...)
 }
@@ -110,6 +122,9 @@ type machine struct {
 	nodeName string
 	client   kubernetes.Interface
 	bootID   string
+	// registered is when the kubelet registered the Node (this boot); the simulated CNI and
+	// device plugin delays count from it.
+	registered time.Time
 }
 
 // run is the machine's life, one stage after the other.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -42,6 +43,7 @@ const (
 func (m *machine) register(ctx context.Context) (*corev1.Node, error) {
 	nodes := m.client.CoreV1().Nodes()
 	m.bootID = randomHex(16)
+	m.registered = time.Now()
 	want := m.nodeObject()
 	var node *corev1.Node
 	err := retryTransient(ctx, func(ctx context.Context) error {
@@ -94,7 +96,7 @@ func (m *machine) nodeObject() *corev1.Node {
 	capacity := m.capacity()
 	node.Status = corev1.NodeStatus{
 		Capacity:        capacity,
-		Allocatable:     capacity.DeepCopy(),
+		Allocatable:     m.allocatable(capacity, time.Now()),
 		Conditions:      m.conditions(now, nil),
 		Addresses:       m.addresses(),
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
@@ -112,6 +114,51 @@ func (m *machine) capacity() corev1.ResourceList {
 		capacity[corev1.ResourcePods] = *resource.NewQuantity(DefaultPods, resource.DecimalSI)
 	}
 	return capacity
+}
+
+// allocatable is the capacity, with the extended resources (GPUs) at 0 until the simulated
+// device plugin has registered.
+func (m *machine) allocatable(capacity corev1.ResourceList, now time.Time) corev1.ResourceList {
+	out := capacity.DeepCopy()
+	if m.gpuPluginUp(now) {
+		return out
+	}
+	for name := range out {
+		if strings.Contains(string(name), "/") && !strings.Contains(string(name), "kubernetes.io/") {
+			out[name] = *resource.NewQuantity(0, resource.DecimalSI)
+		}
+	}
+	return out
+}
+
+// cniUp and gpuPluginUp: whether the simulated network plugin and device plugin are up.
+func (m *machine) cniUp(now time.Time) bool {
+	return !m.cfg.CNINever && now.Sub(m.registered) >= m.cfg.CNIDelay
+}
+
+func (m *machine) gpuPluginUp(now time.Time) bool {
+	return !m.cfg.GPUNever && now.Sub(m.registered) >= m.cfg.GPUDelay
+}
+
+// pluginsPending reports whether a simulated plugin is still due to come up, and when.
+func (m *machine) pluginsPending(now time.Time) (time.Duration, bool) {
+	var next time.Duration
+	pending := false
+	for _, p := range []struct {
+		up    bool
+		never bool
+		delay time.Duration
+	}{{m.cniUp(now), m.cfg.CNINever, m.cfg.CNIDelay}, {m.gpuPluginUp(now), m.cfg.GPUNever, m.cfg.GPUDelay}} {
+		if p.up || p.never {
+			continue
+		}
+		wait := m.registered.Add(p.delay).Sub(now)
+		if !pending || wait < next {
+			next = wait
+		}
+		pending = true
+	}
+	return next, pending
 }
 
 func (m *machine) addresses() []corev1.NodeAddress {
@@ -149,6 +196,17 @@ func (m *machine) conditions(now metav1.Time, current []corev1.NodeCondition) []
 		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", Message: "kubelet has no disk pressure"},
 		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", Message: "kubelet has sufficient PID available"},
 		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status"},
+	}
+	if m.cfg.CNIDelay > 0 || m.cfg.CNINever {
+		// A machine with a modelled network plugin reports it as a real one would: the
+		// kubelet not Ready until the plugin is initialized, and NetworkUnavailable set by it.
+		if m.cniUp(now.Time) {
+			want = append(want, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "CNIIsUp", Message: "network plugin is running on this node"})
+		} else {
+			want[3] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
+				Message: "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"}
+			want = append(want, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue, Reason: "NoRouteCreated", Message: "network plugin is not running"})
+		}
 	}
 	for i := range want {
 		want[i].LastHeartbeatTime = now
@@ -188,13 +246,27 @@ func (m *machine) heartbeat(ctx context.Context, node *corev1.Node) error {
 	if err := m.renewLease(ctx, node); err != nil {
 		m.log.printf("renewing Lease: %v", err)
 	}
-	m.log.printf("kubelet running: Node %s is Ready, renewing its Lease every %s", m.nodeName, m.cfg.HeartbeatInterval)
+	m.log.printf("kubelet running: Node %s is Ready=%t, renewing its Lease every %s", m.nodeName, m.cniUp(time.Now()), m.cfg.HeartbeatInterval)
 	ticker := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer ticker.Stop()
+	plugins := m.pluginTimer()
 	for beat := 1; ; beat++ {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-plugins:
+			// A plugin came up: report the whole status now, as the kubelet does on a change.
+			m.log.printf("plugins up: network %t, device plugin %t", m.cniUp(time.Now()), m.gpuPluginUp(time.Now()))
+			if current, err := m.client.CoreV1().Nodes().Get(ctx, m.nodeName, metav1.GetOptions{}); err == nil {
+				if current, err = m.postStatus(ctx, current, true); err == nil {
+					node = current
+				}
+			} else if ctx.Err() == nil {
+				m.log.printf("posting node status: %v", err)
+			}
+			plugins = m.pluginTimer()
+			beat--
+			continue
 		case <-ticker.C:
 		}
 		if err := m.renewLease(ctx, node); err != nil && ctx.Err() == nil {
@@ -215,6 +287,15 @@ func (m *machine) heartbeat(ctx context.Context, node *corev1.Node) error {
 		}
 		node = current
 	}
+}
+
+// pluginTimer fires when the next simulated plugin comes up; nil (never) when none is due.
+func (m *machine) pluginTimer() <-chan time.Time {
+	wait, pending := m.pluginsPending(time.Now())
+	if !pending {
+		return nil
+	}
+	return time.After(max(wait, 0) + 10*time.Millisecond)
 }
 
 // renewLease renews (or creates) the node's Lease in kube-node-lease, owned by its Node.

@@ -18,6 +18,10 @@ locals {
     apply_delay       = "0"
     apply_error       = ""
     never_join        = "false"
+    cni_delay         = "0s"
+    cni_never         = "false"
+    gpu_delay         = "0s"
+    gpu_never         = "false"
   }, var.parameters)
 
   state_dir = "${trimsuffix(var.parameters["sim_dir"], "/")}/${var.node_name}"
@@ -48,6 +52,10 @@ locals {
     gpu_resource      = local.parameters.gpu_resource
     gpu_count         = local.parameters.gpu_count
     never_join        = local.parameters.never_join
+    cni_delay         = local.parameters.cni_delay
+    cni_never         = local.parameters.cni_never
+    gpu_delay         = local.parameters.gpu_delay
+    gpu_never         = local.parameters.gpu_never
   }
 }
 
@@ -97,7 +105,8 @@ resource "terraform_data" "machine" {
         --state-dir "$SIM_STATE_DIR" --name "$SIM_NODE_NAME" --user-data "$SIM_STATE_DIR/user-data" \
         --cpu "$SIM_CPU" --memory "$SIM_MEMORY" --ephemeral-storage "$SIM_EPHEMERAL_STORAGE" --pods "$SIM_PODS" \
         --gpu-resource "$SIM_GPU_RESOURCE" --gpu-count "$SIM_GPU_COUNT" \
-        --boot-delay "$SIM_BOOT_DELAY" --never-join="$SIM_NEVER_JOIN" --address "$SIM_ADDRESS"
+        --boot-delay "$SIM_BOOT_DELAY" --never-join="$SIM_NEVER_JOIN" --address "$SIM_ADDRESS" \
+        --cni-delay "$SIM_CNI_DELAY" --cni-never="$SIM_CNI_NEVER" --gpu-delay "$SIM_GPU_DELAY" --gpu-never="$SIM_GPU_NEVER"
     EOT
     environment = {
       SIM_USER_DATA         = var.user_data
@@ -112,6 +121,10 @@ resource "terraform_data" "machine" {
       SIM_BOOT_DELAY        = local.parameters.boot_delay
       SIM_NEVER_JOIN        = local.parameters.never_join
       SIM_ADDRESS           = local.address
+      SIM_CNI_DELAY         = local.parameters.cni_delay
+      SIM_CNI_NEVER         = local.parameters.cni_never
+      SIM_GPU_DELAY         = local.parameters.gpu_delay
+      SIM_GPU_NEVER         = local.parameters.gpu_never
     }
   }
 

@@ -41,8 +41,8 @@ variable "user_data" {
   nullable    = false
 
   validation {
-    condition     = startswith(var.user_data, "#cloud-config\n")
-    error_message = "user_data must be a #cloud-config document."
+    condition     = startswith(var.user_data, "#cloud-config\n") || startswith(var.user_data, "H4sI")
+    error_message = "user_data must be a #cloud-config document, or one gzipped and base64-encoded."
   }
 }
 
@@ -89,6 +89,14 @@ variable "parameters" {
   validation {
     condition     = can(regex("^(0|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$", lookup(var.parameters, "boot_delay", "0s")))
     error_message = "parameters.boot_delay must be a Go duration such as 0s, 1500ms or 2m."
+  }
+  validation {
+    condition     = alltrue([for k in ["cni_delay", "gpu_delay"] : can(regex("^(0|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$", lookup(var.parameters, k, "0s")))])
+    error_message = "parameters.cni_delay and gpu_delay must be Go durations such as 0s, 15s or 2m."
+  }
+  validation {
+    condition     = alltrue([for k in ["cni_never", "gpu_never"] : contains(["true", "false"], lookup(var.parameters, k, "false"))])
+    error_message = "parameters.cni_never and gpu_never must be \"true\" or \"false\"."
   }
   validation {
     condition     = can(regex("^[0-9]+(\\.[0-9]+)?$", lookup(var.parameters, "apply_delay", "0")))

@@ -1,0 +1,168 @@
+package bootstrap
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Errors of rendering user data; the claims controller maps them to condition reasons.
+var (
+	// ErrUserDataTooLarge: even compressed, the user data is over the node type's limit.
+	ErrUserDataTooLarge = errors.New("user data too large")
+	// ErrInvalidCloudConfig: the NodeClass's extra cloud-config cannot be merged.
+	ErrInvalidCloudConfig = errors.New("invalid extra cloud-config")
+)
+
+// cloudConfig is the part of #cloud-config the fulfiller reads back.
+type cloudConfig struct {
+	WriteFiles []writeFile `json:"write_files"`
+	RunCmd     []any       `json:"runcmd"`
+}
+
+type writeFile struct {
+	Path        string `json:"path"`
+	Permissions string `json:"permissions"`
+	Owner       string `json:"owner,omitempty"`
+	Content     string `json:"content"`
+}
+
+const cloudConfigHeader = "#cloud-config\n"
+
+// gzipBase64Prefix is how base64 of a gzip stream (magic 1f 8b 08) starts.
+const gzipBase64Prefix = "H4sI"
+
+// RenderUserData renders the cloud-init user data that joins the machine: the
+// JoinConfiguration written 0600 and `kubeadm join` run once, then the file removed; the
+// NodeClass's extra cloud-config merged in (mergeCloudConfig); and, over the node type's
+// limit, gzipped and base64-encoded.
+func RenderUserData(spec JoinSpec) ([]byte, error) {
+	join, err := yaml.Marshal(spec.JoinConfiguration())
+	if err != nil {
+		return nil, fmt.Errorf("encoding JoinConfiguration: %w", err)
+	}
+	ours := map[string]any{
+		"write_files": []any{map[string]any{"path": JoinConfigPath, "permissions": "0600", "owner": "root:root", "content": string(join)}},
+		"runcmd": []any{
+			[]any{"kubeadm", "join", "--config", JoinConfigPath},
+			[]any{"rm", "-f", JoinConfigPath},
+		},
+	}
+	doc, err := mergeCloudConfig(ours, spec.ExtraCloudConfig)
+	if err != nil {
+		return nil, err
+	}
+	body, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encoding cloud-config: %w", err)
+	}
+	return FitUserData(append([]byte(cloudConfigHeader), body...), spec.UserDataLimit)
+}
+
+// mergeCloudConfig merges the user's #cloud-config into ours: write_files after ours (the
+// user may not write our file), runcmd before ours (so it can prepare the machine before
+// `kubeadm join`), every other key as the user wrote it. Keys of ours other than those two
+// are not the user's to set.
+func mergeCloudConfig(ours map[string]any, extra string) (map[string]any, error) {
+	if strings.TrimSpace(extra) == "" {
+		return ours, nil
+	}
+	if first, _, _ := strings.Cut(strings.TrimLeft(extra, "\n"), "\n"); strings.HasPrefix(first, "#") && strings.TrimSpace(first) != "#cloud-config" {
+		return nil, fmt.Errorf("%w: it must be a #cloud-config document, not %q", ErrInvalidCloudConfig, first)
+	}
+	user := map[string]any{}
+	if err := yaml.Unmarshal([]byte(extra), &user); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidCloudConfig, err)
+	}
+	out := map[string]any{}
+	for k, v := range ours {
+		out[k] = v
+	}
+	for k, v := range user {
+		switch k {
+		case "write_files":
+			files, ok := v.([]any)
+			if !ok {
+				return nil, fmt.Errorf("%w: write_files must be a list", ErrInvalidCloudConfig)
+			}
+			for _, f := range files {
+				if m, ok := f.(map[string]any); ok && m["path"] == JoinConfigPath {
+					return nil, fmt.Errorf("%w: write_files may not write %s, the fulfiller's JoinConfiguration", ErrInvalidCloudConfig, JoinConfigPath)
+				}
+			}
+			out[k] = append(append([]any{}, ours[k].([]any)...), files...)
+		case "runcmd":
+			cmds, ok := v.([]any)
+			if !ok {
+				return nil, fmt.Errorf("%w: runcmd must be a list", ErrInvalidCloudConfig)
+			}
+			out[k] = append(append([]any{}, cmds...), ours[k].([]any)...)
+		default:
+			if _, taken := ours[k]; taken {
+				return nil, fmt.Errorf("%w: %s is set by the fulfiller", ErrInvalidCloudConfig, k)
+			}
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// ValidateExtraCloudConfig checks that a NodeClass's extra cloud-config merges into the
+// fulfiller's.
+func ValidateExtraCloudConfig(extra string) error {
+	_, err := mergeCloudConfig(map[string]any{"write_files": []any{}, "runcmd": []any{}}, extra)
+	return err
+}
+
+// FitUserData keeps data within limit bytes (0: no limit): as it is when it fits, else
+// gzipped and base64-encoded (cloud-init decompresses gzip user data, and Hetzner's and
+// EC2's datasources base64-decode it first), else ErrUserDataTooLarge.
+func FitUserData(data []byte, limit int64) ([]byte, error) {
+	if limit <= 0 || int64(len(data)) <= limit {
+		return data, nil
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := zw.Write(data); err != nil {
+		return nil, fmt.Errorf("compressing user data: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("compressing user data: %w", err)
+	}
+	packed := []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))
+	if int64(len(packed)) > limit {
+		return nil, fmt.Errorf("%w: %d bytes, %d gzipped and base64-encoded, over the node type's limit of %d bytes",
+			ErrUserDataTooLarge, len(data), len(packed), limit)
+	}
+	return packed, nil
+}
+
+// DecodeUserData undoes FitUserData, as a machine's cloud-init does: base64 of gzip, or raw
+// gzip, is decompressed; anything else is returned as it is.
+func DecodeUserData(data []byte) ([]byte, error) {
+	if bytes.HasPrefix(data, []byte(gzipBase64Prefix)) {
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+		if err != nil {
+			return nil, fmt.Errorf("decoding base64 user data: %w", err)
+		}
+		data = raw
+	}
+	if !bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
+		return data, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing user data: %w", err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("decompressing user data: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,129 @@
+package claims
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+)
+
+func testCAPEM(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, NotBefore: time.Now(),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// TestBootstrapRendersGatesAndLimits: the user data carries the unregistered taint, the
+// type's readiness taints and the merged kubelet args; over the type's size limit it is
+// compressed; too large even then, the claim fails with UserDataTooLarge before any token or
+// user data exists.
+func TestBootstrapRendersGatesAndLimits(t *testing.T) {
+	extra := "#cloud-config\nwrite_files:\n- path: /etc/big\n  content: " + strings.Repeat("x", 6000) + "\n"
+	for _, tc := range []struct {
+		name       string
+		limit      string
+		tooLarge   bool
+		compressed bool
+	}{
+		{name: "no limit"},
+		{name: "compressed under the limit", limit: "4Ki", compressed: true},
+		{name: "too large", limit: "200", tooLarge: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clocktesting.NewFakeClock(time.Now())
+			nc := testClass()
+			nc.Spec.Bootstrap.ExtraCloudConfig = extra
+			nc.Spec.Bootstrap.KubeletExtraArgs = []v1alpha1.KubeletArg{{Name: "max-pods", Value: "50"}}
+			nc.Spec.NodeTypes = append(nc.Spec.NodeTypes, gpuType())
+			nt := &nc.Spec.NodeTypes[2]
+			if tc.limit != "" {
+				q := resource.MustParse(tc.limit)
+				nt.UserDataLimit = &q
+			}
+			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
+			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
+			ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+				unavailable: NewUnavailableOfferings(clk, time.Minute)}
+			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
+				Spec: v1alpha1.FulfillmentSpec{NodeType: "gpu", NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: "sim://claim"}}
+			s := &claimState{f: f, nc: nc, nt: nt, claim: &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim"}}}
+			s.conds = f.StatusConditions(status.WithClock(clk))
+			if _, err := (&bootstrapStage{ctrl}).reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			secrets := &corev1.SecretList{}
+			if err := kube.List(ctx, secrets); err != nil {
+				t.Fatal(err)
+			}
+			if tc.tooLarge {
+				applied := s.conds.Get(v1alpha1.ConditionApplied)
+				if !applied.IsFalse() || applied.Reason != ReasonUserDataTooLarge || !strings.Contains(applied.Message, "over the node type's limit of 200 bytes") {
+					t.Errorf("Applied = %+v", applied)
+				}
+				if len(secrets.Items) != 0 || s.f.Status.UserDataSecret != "" {
+					t.Errorf("%d secrets left for a claim that cannot get a machine", len(secrets.Items))
+				}
+				if !s.replaceClaim || !ctrl.unavailable.IsUnavailable("gpu", "a", "on-demand") || len(s.events) != 2 {
+					t.Errorf("replace %v, unavailable %v, events %+v", s.replaceClaim, ctrl.unavailable.IsUnavailable("gpu", "a", "on-demand"), s.events)
+				}
+				return
+			}
+			if len(secrets.Items) != 2 {
+				t.Fatalf("%d secrets, want the token and the user data", len(secrets.Items))
+			}
+			ud := &corev1.Secret{}
+			if err := kube.Get(ctx, client.ObjectKey{Namespace: "fulfiller", Name: s.f.Status.UserDataSecret}, ud); err != nil {
+				t.Fatal(err)
+			}
+			data := ud.Data[UserDataKey]
+			if got := !strings.HasPrefix(string(data), "#cloud-config"); got != tc.compressed {
+				t.Errorf("compressed = %v, want %v (%d bytes)", got, tc.compressed, len(data))
+			}
+			jc, err := bootstrap.ParseUserData(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var taints []string
+			for _, taint := range jc.NodeRegistration.Taints {
+				taints = append(taints, taint.ToString())
+			}
+			want := "karpenter.sh/unregistered:NoExecute,readiness.k8s.io/fulfiller.sh-cni:NoSchedule,readiness.k8s.io/fulfiller.sh-gpu:NoSchedule"
+			if strings.Join(taints, ",") != want {
+				t.Errorf("registration taints %v, want %s", taints, want)
+			}
+			if v, _ := jc.NodeRegistration.Arg("max-pods"); v != "50" {
+				t.Errorf("kubelet max-pods = %q", v)
+			}
+		})
+	}
+}
