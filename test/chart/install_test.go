@@ -329,5 +329,3 @@ func hasEnv(env []corev1.EnvVar, name, value string) bool {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
-
