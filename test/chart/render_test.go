@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
+	"sigs.k8s.io/yaml"
 )
 
 func TestLintStrict(t *testing.T) {
@@ -451,5 +452,58 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestValuesDocumented checks that every value is in the chart README's values table, and that
+// the schema knows it.
+func TestValuesDocumented(t *testing.T) {
+	var values map[string]any
+	var schema map[string]any
+	readYAML(t, filepath.Join(chart, "values.yaml"), &values)
+	readYAML(t, filepath.Join(chart, "values.schema.json"), &schema)
+	readme, err := os.ReadFile(filepath.Join(chart, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, v any, s map[string]any)
+	walk = func(path string, v any, s map[string]any) {
+		if s == nil {
+			t.Errorf("value %s is not in the schema", path)
+			return
+		}
+		// A value is documented in the table as a whole, or each of its values is.
+		if path != "" && bytes.Contains(readme, []byte("| `"+path+"` |")) {
+			return
+		}
+		m, isMap := v.(map[string]any)
+		if !isMap || s["additionalProperties"] != false {
+			t.Errorf("value %s is not in the README's values table", path)
+			return
+		}
+		props, _ := s["properties"].(map[string]any)
+		for k, child := range m {
+			sub, _ := props[k].(map[string]any)
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			walk(p, child, sub)
+		}
+	}
+	if schema["additionalProperties"] != false {
+		t.Fatal("values.schema.json allows unknown top-level values")
+	}
+	walk("", values, schema)
+}
+
+func readYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, into); err != nil {
+		t.Fatalf("parsing %s: %v", path, err)
 	}
 }
