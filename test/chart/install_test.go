@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -19,9 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 const releaseNS = "fulfiller-system"
@@ -142,6 +139,10 @@ func TestInstall(t *testing.T) {
 		runTofuAsRunner(ctx, t, cs)
 	})
 
+	t.Run("controller runs with the chart's RBAC", func(t *testing.T) {
+		runControllerAsChartInstalledIt(ctx, t, cs)
+	})
+
 	t.Run("passphrase survives upgrade and uninstall", func(t *testing.T) {
 		if _, err := helmCmd(t, "upgrade", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
 			"--namespace", releaseNS, "--set", "runner.ttl=1h"); err != nil {
@@ -214,26 +215,13 @@ func (a access) check(ctx context.Context, t *testing.T, cs kubernetes.Interface
 // with the credentials of the runner ServiceAccount (a token from the TokenRequest API), as a
 // runner Job would. It also checks for real that the token cannot read kube-system's Secrets.
 func runTofuAsRunner(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
-	tr, err := cs.CoreV1().ServiceAccounts(releaseNS).CreateToken(ctx, "fulfiller-runner", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("requesting a runner token: %v", err)
-	}
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "runner.kubeconfig")
-	cfg := clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"c": {Server: cp.Server, CertificateAuthorityData: cp.CAPEM}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"runner": {Token: tr.Status.Token}},
-		Contexts:       map[string]*clientcmdapi.Context{"c": {Cluster: "c", AuthInfo: "runner"}},
-		CurrentContext: "c",
-	}
-	if err := clientcmd.WriteToFile(cfg, kubeconfig); err != nil {
+	kubeconfig := serviceAccountKubeconfig(ctx, t, cs, "fulfiller-runner", dir)
+	runnerConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
 		t.Fatal(err)
 	}
-
-	asRunner := kubernetes.NewForConfigOrDie(&rest.Config{Host: cp.Server, BearerToken: tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAPEM}})
+	asRunner := kubernetes.NewForConfigOrDie(runnerConfig)
 	if _, err := asRunner.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the runner token listed kube-system's Secrets: %v", err)
 	}
