@@ -30,9 +30,15 @@ const releaseNS = "fulfiller-system"
 func TestInstall(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
-	if _, err := helmCmd(t, "install", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
-		"--namespace", releaseNS, "--create-namespace", "--timeout", "2m"); err != nil {
+	out, err := helmCmd(t, "install", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
+		"--namespace", releaseNS, "--create-namespace", "--timeout", "2m")
+	if err != nil {
 		t.Fatal(err)
+	}
+	// NOTES.txt: the passphrase to reference, and no warning, since Karpenter's CRDs exist.
+	_, notes, ok := strings.Cut(out, "NOTES:")
+	if !ok || !strings.Contains(notes, "name: fulfiller-state-encryption") || strings.Contains(notes, "WARNING") {
+		t.Errorf("helm install's output and notes:\n%s", out)
 	}
 
 	// What helm created is served by the API server: our CRDs established, the Deployment,
