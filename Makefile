@@ -39,10 +39,13 @@ verify-generate: generate ## fail when generated files (api/, the chart's CRDs) 
 chart-lint: ## helm lint --strict the chart (the chart's Go test also does, and applies it to a real API server)
 	$(FULFILLER_TOOLS_BIN)/helm lint --strict $(CHART)
 
-KARPENTER_CRDS = $$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)/pkg/apis/crds
+KUBECTL ?= kubectl
 
 karpenter-crds: ## apply the CRDs of the Karpenter core version the binary embeds (go.mod) to the current kubectl context
-	$(FULFILLER_TOOLS_BIN)/kubectl apply --server-side -f $(KARPENTER_CRDS)
+	@dir=$$(go mod download -json sigs.k8s.io/karpenter | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	if [ -z "$$dir" ]; then echo "cannot download sigs.k8s.io/karpenter"; exit 1; fi; \
+	echo "$(KUBECTL) apply --server-side -f $$dir/pkg/apis/crds"; \
+	$(KUBECTL) apply --server-side -f "$$dir/pkg/apis/crds"
 
 IMAGE ?= fulfiller:dev
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

@@ -30,6 +30,17 @@ const releaseNS = "fulfiller-system"
 func TestInstall(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	// Karpenter's CRDs first, the way the README says.
+	makeCRDs := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", root, "karpenter-crds",
+		"KUBECTL="+kubectl+" --kubeconfig "+cp.Kubeconfig)
+	if out, err := makeCRDs.CombinedOutput(); err != nil {
+		t.Fatalf("make karpenter-crds: %v\n%s", err, out)
+	}
+	ext := apiextensionsclient.NewForConfigOrDie(cp.Config)
+	for _, name := range []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "capacitybuffers.autoscaling.x-k8s.io"} {
+		waitEstablished(ctx, t, ext, name)
+	}
+
 	out, err := helmCmd(t, "install", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
 		"--namespace", releaseNS, "--create-namespace", "--timeout", "2m")
 	if err != nil {
@@ -43,7 +54,6 @@ func TestInstall(t *testing.T) {
 
 	// What helm created is served by the API server: our CRDs established, the Deployment,
 	// the ServiceAccounts and the passphrase.
-	ext := apiextensionsclient.NewForConfigOrDie(cp.Config)
 	for _, name := range []string{"tofunodeclasses.fulfiller.sh", "fulfillments.fulfiller.sh"} {
 		waitEstablished(ctx, t, ext, name)
 	}
