@@ -11,7 +11,7 @@ unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all tools generate verify-generate build test vet demo dev-up dev-down clean help
+.PHONY: all tools generate chart-crds verify-generate build test vet demo dev-up dev-down clean help chart-lint karpenter-crds image
 
 all: build
 
@@ -21,11 +21,37 @@ help: ## list the targets
 tools: ## build the pinned tofu, etcd, Kubernetes and helm binaries from source (cached)
 	hack/tools.sh
 
-generate: ## regenerate deepcopy code and CRDs from api/
+generate: ## regenerate deepcopy code and CRDs from api/, and the chart's copy of the CRDs
 	$(FULFILLER_TOOLS_BIN)/controller-gen object paths=./api/... crd output:crd:artifacts:config=api/crds
+	$(MAKE) --no-print-directory chart-crds
 
-verify-generate: generate ## fail when generated files are not committed
-	@git diff --exit-code -- api || (echo "generated files are stale: run make generate and commit"; exit 1)
+CHART := charts/fulfiller
+
+chart-crds: ## copy the generated CRDs (api/crds) into the chart (charts/fulfiller/crds)
+	@rm -f $(CHART)/crds/*.yaml
+	cp api/crds/*.yaml $(CHART)/crds/
+
+verify-generate: generate ## fail when generated files (api/, the chart's CRDs) are not committed
+	@git diff --exit-code -- api $(CHART)/crds || (echo "generated files are stale: run make generate and commit"; exit 1)
+	@out=$$(git status --porcelain --untracked-files=all -- api $(CHART)/crds); if [ -n "$$out" ]; then \
+		echo "generated files are not committed:"; echo "$$out"; exit 1; fi
+
+chart-lint: ## helm lint --strict the chart (the chart's Go test also does, and applies it to a real API server)
+	$(FULFILLER_TOOLS_BIN)/helm lint --strict $(CHART)
+
+KUBECTL ?= kubectl
+
+karpenter-crds: ## apply the CRDs of the Karpenter core version the binary embeds (go.mod) to the current kubectl context
+	@dir=$$(go mod download -json sigs.k8s.io/karpenter | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	if [ -z "$$dir" ]; then echo "cannot download sigs.k8s.io/karpenter"; exit 1; fi; \
+	echo "$(KUBECTL) apply --server-side -f $$dir/pkg/apis/crds"; \
+	$(KUBECTL) apply --server-side -f "$$dir/pkg/apis/crds"
+
+IMAGE ?= fulfiller:dev
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+image: ## build the controller image (needs a docker engine; see the Dockerfile)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 build: ## build bin/fulfiller
 	go build -trimpath -o bin/fulfiller ./cmd/fulfiller

@@ -1,0 +1,335 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const releaseNS = "fulfiller-system"
+
+// TestInstall installs the chart with `helm install` into the real control plane, checks what
+// it created, asks the authorizer what each ServiceAccount may do, runs tofu with the
+// kubernetes backend as the runner ServiceAccount, and checks that the state encryption
+// passphrase survives an upgrade and an uninstall.
+func TestInstall(t *testing.T) {
+	ctx := ctxFor(t, 5*time.Minute)
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	// Karpenter's CRDs first, the way the README says.
+	makeCRDs := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", root, "karpenter-crds",
+		"KUBECTL="+kubectl+" --kubeconfig "+cp.Kubeconfig)
+	if out, err := makeCRDs.CombinedOutput(); err != nil {
+		t.Fatalf("make karpenter-crds: %v\n%s", err, out)
+	}
+	ext := apiextensionsclient.NewForConfigOrDie(cp.Config)
+	for _, name := range []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "capacitybuffers.autoscaling.x-k8s.io"} {
+		waitEstablished(ctx, t, ext, name)
+	}
+
+	out, err := helmCmd(t, "install", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
+		"--namespace", releaseNS, "--create-namespace", "--timeout", "2m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NOTES.txt: the passphrase to reference, and no warning, since Karpenter's CRDs exist.
+	_, notes, ok := strings.Cut(out, "NOTES:")
+	if !ok || !strings.Contains(notes, "name: fulfiller-state-encryption") || strings.Contains(notes, "WARNING") {
+		t.Errorf("helm install's output and notes:\n%s", out)
+	}
+
+	// What helm created is served by the API server: our CRDs established, the Deployment,
+	// the ServiceAccounts and the passphrase.
+	for _, name := range []string{"tofunodeclasses.fulfiller.sh", "fulfillments.fulfiller.sh"} {
+		waitEstablished(ctx, t, ext, name)
+	}
+	dep, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Deployment was not created: %v", err)
+	}
+	if dep.Spec.Template.Spec.ServiceAccountName != "fulfiller" {
+		t.Errorf("Deployment runs as %q", dep.Spec.Template.Spec.ServiceAccountName)
+	}
+	for _, sa := range []string{"fulfiller", "fulfiller-runner"} {
+		if _, err := cs.CoreV1().ServiceAccounts(releaseNS).Get(ctx, sa, metav1.GetOptions{}); err != nil {
+			t.Errorf("ServiceAccount %s: %v", sa, err)
+		}
+	}
+	passphrase := readPassphrase(ctx, t, cs)
+
+	t.Run("runner RBAC", func(t *testing.T) {
+		runner := serviceAccountUser("fulfiller-runner")
+		for _, a := range []access{
+			{"get", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
+			{"list", "", "secrets", releaseNS, "", true},
+			{"create", "", "secrets", releaseNS, "", true},
+			{"update", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
+			{"delete", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
+			{"get", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
+			{"create", "coordination.k8s.io", "leases", releaseNS, "", true},
+			{"update", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
+			{"delete", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
+			// Nothing else.
+			{"get", "", "secrets", "kube-system", "bootstrap-token-abcdef", false},
+			{"list", "", "secrets", "kube-system", "", false},
+			{"get", "", "secrets", "default", "", false},
+			{"list", "", "secrets", "", "", false},
+			{"create", "coordination.k8s.io", "leases", "kube-system", "", false},
+			{"create", "", "pods", releaseNS, "", false},
+			{"create", "batch", "jobs", releaseNS, "", false},
+			{"get", "", "pods", releaseNS, "", false},
+			{"list", "", "nodes", "", "", false},
+			{"list", "fulfiller.sh", "fulfillments", "", "", false},
+			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", false},
+		} {
+			a.check(ctx, t, cs, runner)
+		}
+	})
+
+	t.Run("controller RBAC", func(t *testing.T) {
+		controller := serviceAccountUser("fulfiller")
+		for _, a := range []access{
+			// Runs, claim secrets, states and locks in the release namespace.
+			{"create", "batch", "jobs", releaseNS, "", true},
+			{"delete", "batch", "jobs", releaseNS, "claim-a-apply-1", true},
+			{"list", "batch", "jobs", releaseNS, "", true},
+			{"list", "", "pods", releaseNS, "", true},
+			{"get", "", "pods/log", releaseNS, "claim-a-apply-1-xyz", true},
+			{"create", "", "secrets", releaseNS, "", true},
+			{"list", "", "secrets", releaseNS, "", true},
+			{"delete", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
+			{"get", "", "configmaps", releaseNS, "kube-root-ca.crt", true},
+			{"get", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
+			{"delete", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
+			{"update", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", true},
+			{"create", "coordination.k8s.io", "leases", releaseNS, "", true},
+			// Bootstrap tokens in kube-system, cluster-info, the preflight.
+			{"create", "", "secrets", "kube-system", "", true},
+			{"get", "", "secrets", "kube-system", "bootstrap-token-abcdef", true},
+			{"patch", "", "secrets", "kube-system", "bootstrap-token-abcdef", true},
+			{"list", "", "secrets", "kube-system", "", true},
+			{"deletecollection", "", "secrets", "kube-system", "", true},
+			{"get", "", "configmaps", "kube-public", "cluster-info", true},
+			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
+			// Karpenter core and the fulfiller's API.
+			{"update", "karpenter.sh", "nodeclaims/status", "", "claim-a", true},
+			{"create", "karpenter.sh", "nodeclaims", "", "", true},
+			{"patch", "", "nodes", "", "node-a", true},
+			{"list", "", "pods", "", "", true},
+			{"create", "", "pods/eviction", "ns1", "", true},
+			{"create", "", "events", "default", "", true},
+			{"delete", "coordination.k8s.io", "leases", "kube-node-lease", "node-a", true},
+			{"create", "fulfiller.sh", "fulfillments", "", "", true},
+			{"update", "fulfiller.sh", "fulfillments/status", "", "claim-a", true},
+			{"patch", "fulfiller.sh", "tofunodeclasses/status", "", "sim", true},
+			{"watch", "fulfiller.sh", "tofunodeclasses", "", "", true},
+			// Not: Secrets elsewhere, other ConfigMaps, writing RBAC, pods directly.
+			{"get", "", "secrets", "default", "db-password", false},
+			{"get", "", "secrets", "other", "", false},
+			{"list", "", "secrets", "", "", false},
+			{"get", "", "configmaps", "kube-public", "other", false},
+			{"get", "", "configmaps", "kube-system", "kubeadm-config", false},
+			{"create", "", "pods", releaseNS, "", false},
+			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
+			{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
+		} {
+			a.check(ctx, t, cs, controller)
+		}
+	})
+
+	t.Run("runner runs tofu with the kubernetes backend", func(t *testing.T) {
+		runTofuAsRunner(ctx, t, cs)
+	})
+
+	t.Run("controller runs with the chart's RBAC", func(t *testing.T) {
+		runControllerAsChartInstalledIt(ctx, t, cs)
+	})
+
+	t.Run("passphrase survives upgrade and uninstall", func(t *testing.T) {
+		if _, err := helmCmd(t, "upgrade", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
+			"--namespace", releaseNS, "--set", "runner.ttl=1h"); err != nil {
+			t.Fatal(err)
+		}
+		if got := readPassphrase(ctx, t, cs); !bytes.Equal(got, passphrase) {
+			t.Fatal("helm upgrade replaced the state encryption passphrase")
+		}
+		dep, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasEnv(dep.Spec.Template.Spec.Containers[0].Env, "FULFILLER_RUNNER_TTL", "1h") {
+			t.Error("the upgrade did not reach the Deployment")
+		}
+		if _, err := helmCmd(t, "uninstall", "fulfiller", "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS); err != nil {
+			t.Fatal(err)
+		}
+		if got := readPassphrase(ctx, t, cs); !bytes.Equal(got, passphrase) {
+			t.Fatal("the passphrase changed on uninstall")
+		}
+		if _, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Deployment is still there after uninstall: %v", err)
+		}
+	})
+}
+
+// access is one question to the authorizer.
+type access struct {
+	verb, group, resource, namespace, name string
+	allowed                                bool
+}
+
+type user struct {
+	name   string
+	groups []string
+}
+
+func serviceAccountUser(name string) user {
+	return user{
+		name:   "system:serviceaccount:" + releaseNS + ":" + name,
+		groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNS, "system:authenticated"},
+	}
+}
+
+func (a access) check(ctx context.Context, t *testing.T, cs kubernetes.Interface, u user) {
+	t.Helper()
+	resource, sub, _ := strings.Cut(a.resource, "/")
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: u.name, Groups: u.groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: a.verb, Group: a.group, Resource: resource, Subresource: sub, Namespace: a.namespace, Name: a.name,
+		},
+	}}
+	got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("asking the authorizer: %v", err)
+	}
+	if got.Status.Allowed != a.allowed {
+		where := a.namespace
+		if where == "" {
+			where = "(cluster)"
+		}
+		t.Errorf("%s: %s %s/%s %q in %s: allowed=%v, want %v (%s)", u.name, a.verb, a.group, a.resource, a.name, where,
+			got.Status.Allowed, a.allowed, got.Status.Reason)
+	}
+}
+
+// runTofuAsRunner applies and destroys a module whose state is in the kubernetes backend,
+// with the credentials of the runner ServiceAccount (a token from the TokenRequest API), as a
+// runner Job would. It also checks for real that the token cannot read kube-system's Secrets.
+func runTofuAsRunner(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	dir := t.TempDir()
+	kubeconfig := serviceAccountKubeconfig(ctx, t, cs, "fulfiller-runner", dir)
+	runnerConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asRunner := kubernetes.NewForConfigOrDie(runnerConfig)
+	if _, err := asRunner.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the runner token listed kube-system's Secrets: %v", err)
+	}
+	if _, err := asRunner.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the runner token listed pods: %v", err)
+	}
+
+	module := filepath.Join(dir, "module")
+	if err := os.MkdirAll(module, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(module, "main.tf"), `
+terraform {
+  backend "kubernetes" {}
+}
+resource "terraform_data" "machine" {
+  input = "runner-rbac"
+}
+output "provider_id" {
+  value = "test://${terraform_data.machine.id}"
+}
+`)
+	home := filepath.Join(dir, "home")
+	tofuRun := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, tofu, args...)
+		cmd.Dir = module
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1",
+			"TF_CLI_CONFIG_FILE=" + filepath.Join(dir, "empty.tfrc"), "KUBE_CONFIG_PATH=" + kubeconfig}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("tofu %s as the runner: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return out.String()
+	}
+	writeFile(t, filepath.Join(dir, "empty.tfrc"), "")
+	tofuRun("init", "-input=false", "-backend-config=secret_suffix=chart-test", "-backend-config=namespace="+releaseNS)
+	tofuRun("apply", "-input=false", "-auto-approve")
+	state, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "tfstate-default-chart-test", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the runner's apply wrote no state Secret: %v", err)
+	}
+	if len(state.Data["tfstate"]) == 0 {
+		t.Error("the state Secret is empty")
+	}
+	if _, err := cs.CoordinationV1().Leases(releaseNS).Get(ctx, "lock-tfstate-default-chart-test", metav1.GetOptions{}); err != nil {
+		t.Errorf("the runner's apply took no lock Lease: %v", err)
+	}
+	tofuRun("destroy", "-input=false", "-auto-approve")
+	tofuRun("workspace", "list") // lists state Secrets
+}
+
+func waitEstablished(ctx context.Context, t *testing.T, ext apiextensionsclient.Interface, name string) {
+	t.Helper()
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD %s installed by the chart is not established: %v", name, err)
+	}
+}
+
+func readPassphrase(ctx context.Context, t *testing.T, cs kubernetes.Interface) []byte {
+	t.Helper()
+	s, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the passphrase Secret: %v", err)
+	}
+	p := s.Data["passphrase"]
+	if len(p) < 16 {
+		t.Fatalf("passphrase of %d bytes; OpenTofu's pbkdf2 key provider wants at least 16", len(p))
+	}
+	return p
+}
+
+func hasEnv(env []corev1.EnvVar, name, value string) bool {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value == value
+		}
+	}
+	return false
+}
+
+func ptrTo[T any](v T) *T { return &v }
