@@ -79,7 +79,7 @@ func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimStat
 	}
 	v := judgeLock(holder, a)
 	if v == lockStale {
-		switch err := statelock.ReleaseStale(ctx, c.kube, ns, key, holder); {
+		switch err := statelock.ReleaseStale(ctx, c.secrets, c.kube, ns, key, holder); {
 		case errors.Is(err, statelock.ErrLockChanged):
 			return "state lock changed hands while being recovered", nil
 		case err != nil:

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrLockChanged: the lock is no longer held by the holder that was judged stale.
@@ -29,12 +28,12 @@ func init() {
 
 // ReleaseStale releases a claim's lock held by holder, as `tofu force-unlock <holder.ID>`
 // would: the Lease's holder and lock info are cleared. The caller must have established that
-// holder's run is gone. The update carries the Lease's resourceVersion, so a lock taken by
-// someone else in between is never released: that, or a lock no longer held by holder,
-// returns ErrLockChanged.
-func ReleaseStale(ctx context.Context, c client.Client, namespace string, key Key, holder *Holder) error {
+// holder's run is gone. The Lease is read from r (the API server, not a cache) and the update
+// carries its resourceVersion, so a lock taken by someone else in between is never released:
+// that, or a lock no longer held by holder, returns ErrLockChanged.
+func ReleaseStale(ctx context.Context, r client.Reader, c client.Client, namespace string, key Key, holder *Holder) error {
 	lease := &coordinationv1.Lease{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: key.LeaseName()}, lease); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: key.LeaseName()}, lease); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ErrLockChanged
 		}

@@ -83,19 +83,19 @@ func TestReleaseStale(t *testing.T) {
 		}
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(lease(id)).Build()
-	if err := ReleaseStale(ctx, c, "fulfiller", key, &Holder{ID: "another-lock"}); !errors.Is(err, ErrLockChanged) {
+	if err := ReleaseStale(ctx, c, c, "fulfiller", key, &Holder{ID: "another-lock"}); !errors.Is(err, ErrLockChanged) {
 		t.Fatalf("releasing a lock held by someone else: %v, want ErrLockChanged", err)
 	}
 	if h, _ := LockHolder(ctx, c, "fulfiller", key); h == nil || h.ID != id {
 		t.Fatalf("the lock of another holder was touched: %+v", h)
 	}
-	if err := ReleaseStale(ctx, c, "fulfiller", key, &Holder{ID: id}); err != nil {
+	if err := ReleaseStale(ctx, c, c, "fulfiller", key, &Holder{ID: id}); err != nil {
 		t.Fatal(err)
 	}
 	if h, err := LockHolder(ctx, c, "fulfiller", key); err != nil || h != nil {
 		t.Fatalf("after release: holder %+v, err %v", h, err)
 	}
-	if err := ReleaseStale(ctx, c, "fulfiller", key, &Holder{ID: id}); !errors.Is(err, ErrLockChanged) {
+	if err := ReleaseStale(ctx, c, c, "fulfiller", key, &Holder{ID: id}); !errors.Is(err, ErrLockChanged) {
 		t.Errorf("releasing a free lock: %v, want ErrLockChanged", err)
 	}
 }

@@ -251,6 +251,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 					EnableServiceLinks:            ptr.To(false),
 					NodeSelector:                  e.NodeSelector,
 					Tolerations:                   e.Tolerations,
+					Affinity:                      runnerAffinity,
 					Containers: []corev1.Container{{
 						Name:            runnerContainer,
 						Image:           e.Image,
@@ -286,6 +287,14 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 		},
 	}
 }
+
+// runnerAffinity keeps runners off the nodes Karpenter manages: consolidating such a node
+// would kill a run in the middle of its apply.
+var runnerAffinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+	RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "karpenter.sh/nodepool", Operator: corev1.NodeSelectorOpDoesNotExist}},
+	}}},
+}}
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {

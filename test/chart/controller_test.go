@@ -3,6 +3,7 @@ package chart
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
 )
 
 // runControllerAsChartInstalledIt runs the real `fulfiller controller` outside the cluster
@@ -62,17 +64,13 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		// Free ports on this machine instead of the pod's.
 		"METRICS_PORT":      strconv.Itoa(ports[0]),
 		"HEALTH_PROBE_PORT": strconv.Itoa(ports[1]),
-		// The binary of this branch runs only the local executor; the chart asks for the Job
-		// executor, which is the lead's work in progress. No claim is made here, so no run
-		// starts with either.
-		"FULFILLER_EXECUTOR": "local",
 		"FULFILLER_RUNS_DIR": filepath.Join(dir, "runs"),
 	}
-	// Local runs use the runner ServiceAccount's credentials for the kubernetes backend.
-	extra := map[string]string{
-		"FULFILLER_TOFU":              tofu,
-		"FULFILLER_RUNNER_KUBECONFIG": serviceAccountKubeconfig(ctx, t, cs, "fulfiller-runner", dir),
-	}
+	// The chart's Job executor: runner Jobs in the release namespace, run by a stand-in
+	// kubelet with this binary for the image's and the pod's service-account token (the
+	// runner ServiceAccount's) for the kubernetes backend.
+	extra := map[string]string{"FULFILLER_TOFU": tofu}
+	startRunnerKubelet(ctx, t, cs, bin, dir)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "KUBECONFIG=" + kubeconfig}
 	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
 		if e.ValueFrom != nil {
@@ -316,4 +314,33 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// startRunnerKubelet registers a node whose pods (the runner Jobs') run here as processes.
+func startRunnerKubelet(ctx context.Context, t *testing.T, cs kubernetes.Interface, bin, dir string) {
+	t.Helper()
+	cert, key, err := cp.IssueServingCert([]net.IP{net.ParseIP("127.0.0.1")}, []string{"runner-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testenv.SyncBuffer{}
+	k, err := kubelet.Start(ctx, kubelet.Config{
+		Client:         cs,
+		NodeName:       "runner-node",
+		Dir:            filepath.Join(dir, "kubelet"),
+		Binaries:       map[string]string{"fulfiller": bin},
+		APIServer:      strings.TrimPrefix(cp.Server, "https://"),
+		ServingCertPEM: cert, ServingKeyPEM: key,
+		ClientCAPEM: cp.CAPEM,
+		Logf:        func(format string, args ...any) { fmt.Fprintf(logs, format+"\n", args...) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		k.Stop()
+		if t.Failed() {
+			t.Logf("stand-in kubelet log:\n%s", tail(logs.String(), 4000))
+		}
+	})
 }

@@ -39,10 +39,10 @@ import (
 var env struct {
 	executor string
 	dir      string
-	root    string // repository root
-	kube    client.Client
-	vars    map[string]string
-	kubectl string
+	root     string // repository root
+	kube     client.Client
+	vars     map[string]string
+	kubectl  string
 }
 
 func TestMain(m *testing.M) {
