@@ -63,6 +63,10 @@ vet: ## go vet and gofmt check
 test: tools vet verify-generate ## build the tools, then run every test suite against them
 	go test $(GO_TEST_FLAGS) ./...
 
+BENCH ?= .
+bench: tools ## run the benchmarks (test/bench): 20 claims at once through the pipeline, runner overhead over bare tofu
+	go test -run '^$$' -bench '$(BENCH)' -benchtime=1x -timeout=60m -v ./test/bench/
+
 DEV_DIR ?= .dev
 
 demo: tools build ## run the local environment with a sample workload (see README)

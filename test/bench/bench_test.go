@@ -1,0 +1,52 @@
+// Package bench holds the benchmarks of the whole pipeline (`make bench`). They are not run by
+// `go test ./...`: each sets up a real control plane, builds the binary and runs real tofu, and
+// reports what it measured with b.ReportMetric. Run them with -benchtime=1x: every benchmark
+// makes its own fixed number of measurements per iteration and reports medians.
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+)
+
+// root is the repository root.
+func root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// buildFulfiller builds the binary into dir.
+func buildFulfiller(b *testing.B, dir string) string {
+	b.Helper()
+	bin := filepath.Join(dir, "fulfiller")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root(), os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("building fulfiller: %v", err)
+	}
+	return bin
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ctxFor(b *testing.B, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	b.Cleanup(cancel)
+	return ctx
+}
