@@ -11,7 +11,7 @@ unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all tools generate chart-crds verify-generate build test vet demo dev-up dev-down clean help chart-lint karpenter-crds image
+.PHONY: all tools generate chart-crds verify-generate build test vet bench demo dev-up dev-down clean help chart-lint karpenter-crds image
 
 all: build
 

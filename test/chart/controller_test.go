@@ -62,8 +62,8 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 	}
 	overrides := map[string]string{
 		// Free ports on this machine instead of the pod's.
-		"METRICS_PORT":      strconv.Itoa(ports[0]),
-		"HEALTH_PROBE_PORT": strconv.Itoa(ports[1]),
+		"METRICS_PORT":       strconv.Itoa(ports[0]),
+		"HEALTH_PROBE_PORT":  strconv.Itoa(ports[1]),
 		"FULFILLER_RUNS_DIR": filepath.Join(dir, "runs"),
 	}
 	// The chart's Job executor: runner Jobs in the release namespace, run by a stand-in
