@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,6 +65,21 @@ func NewNodeClassController(kube client.Client, reader client.Reader, clk clock.
 	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, secrets: reader, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
 		return bootstrap.Preflight(ctx, kube, reader)
 	}}
+}
+
+// WithTokenAuthProbe adds to the join preflight a check that the API server at cfg
+// authenticates bootstrap tokens (see bootstrap.TokenAuthProbe), run once the authorizer's
+// answers are fine and at most every 5 minutes.
+func (c *NodeClassController) WithTokenAuthProbe(cfg *rest.Config) *NodeClassController {
+	probe := &bootstrap.TokenAuthProbe{Client: c.kube, Config: cfg}
+	authorizer := c.preflight
+	c.preflight = func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
+		if failure, err := authorizer(ctx); failure != nil || err != nil {
+			return failure, err
+		}
+		return probe.Check(ctx, c.clock.Now())
+	}
+	return c
 }
 
 // WithSecretNamespace sets the namespace of the Secrets classes refer to (the fulfiller's):

@@ -37,7 +37,8 @@ func Run() {
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
 		WithControllers(ctx,
-			claims.NewNodeClassController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder).WithSecretNamespace(opts.Namespace),
+			claims.NewNodeClassController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder).
+				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
 				Namespace: opts.Namespace,

@@ -32,6 +32,9 @@ type Options struct {
 	Dir string
 	// CRDs are installed, and waited for, before Start returns.
 	CRDs []*apiextensionsv1.CustomResourceDefinition
+	// DisableBootstrapTokenAuth starts the API server without bootstrap-token authentication,
+	// a cluster machines cannot join (for the join preflight's tests).
+	DisableBootstrapTokenAuth bool
 	// ReadyTimeout bounds the wait for every component (default 90s: starts slow down a lot
 	// while another build shares the two cores).
 	ReadyTimeout time.Duration
@@ -111,7 +114,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
 		"--tls-cert-file="+p.APIServer.CertFile, "--tls-private-key-file="+p.APIServer.KeyFile,
 		"--client-ca-file="+p.CA.CertFile,
-		"--enable-bootstrap-token-auth=true",
+		"--enable-bootstrap-token-auth="+strconv.FormatBool(!opts.DisableBootstrapTokenAuth),
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +258,48 @@ func TestJoinPreflight(t *testing.T) {
 		if err != nil {
 			t.Errorf("without %s: preflight did not report %s: %v", binding, reason, err)
 		}
+	}
+}
+
+// TestTokenAuthProbe: the probe's token authenticates on a cluster with bootstrap-token
+// authentication, and the probe names the missing flag on one without; its token is gone.
+func TestTokenAuthProbe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	check := func(cp *ControlPlane) *bootstrap.PreflightFailure {
+		t.Helper()
+		c, err := client.New(cp.Config, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := &bootstrap.TokenAuthProbe{Client: c, Config: cp.Config, Wait: 5 * time.Second}
+		f, err := probe.Check(ctx, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := &corev1.SecretList{}
+		if err := c.List(ctx, left, client.InNamespace("kube-system"), client.HasLabels{bootstrap.LabelPreflight}); err != nil {
+			t.Fatal(err)
+		}
+		if len(left.Items) != 0 {
+			t.Errorf("%d preflight tokens left", len(left.Items))
+		}
+		return f
+	}
+	if f := check(controlPlane); f != nil {
+		t.Fatalf("probe on a cluster that authenticates bootstrap tokens: %+v", f)
+	}
+	off, err := Start(ctx, Options{DisableBootstrapTokenAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := off.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	f := check(off)
+	if f == nil || f.Reason != bootstrap.ReasonBootstrapTokenAuthDisabled || !strings.Contains(f.Message, "--enable-bootstrap-token-auth") {
+		t.Fatalf("probe without bootstrap-token authentication: %+v", f)
 	}
 }

@@ -88,7 +88,7 @@ func BenchmarkBurst20Claims(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		name := fmt.Sprintf("burst-%d", i)
-		if err := kube.Create(ctx, burstDeployment(name)); err != nil {
+		if err := kube.Create(ctx, devenv.Workload(name, "bench", burstClaims, "1500m")); err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()
@@ -108,27 +108,6 @@ func BenchmarkBurst20Claims(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-	}
-}
-
-func burstDeployment(name string) *appsv1.Deployment {
-	replicas := int32(burstClaims)
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: new(int64),
-					NodeSelector:                  map[string]string{karpv1.NodePoolLabelKey: "bench"},
-					Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10",
-						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}}}},
-				},
-			},
-		},
 	}
 }
 

@@ -7,6 +7,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -168,23 +169,7 @@ func nodePool(name, class string) *karpv1.NodePool {
 }
 
 func deployment(name, pool string, replicas int32, cpu string) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: new(int64),
-					NodeSelector:                  map[string]string{karpv1.NodePoolLabelKey: pool},
-					Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10",
-						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}},
-				},
-			},
-		},
-	}
+	return devenv.Workload(name, pool, replicas, cpu)
 }
 
 func create(t *testing.T, ctx context.Context, objs ...client.Object) {
@@ -399,4 +384,48 @@ func startedRuns(t *testing.T, ctx context.Context, claim, op string) int {
 		}
 	}
 	return n
+}
+
+// assertTokenNowhere checks that the secret half of a claim's bootstrap token is in none of
+// the places an operator or another tenant can read: the Fulfillment, its events, the
+// runner Jobs and their pods, and the command line of any process on this machine (runners,
+// tofu, simulated machines). It is only in the user-data Secret and the machine's files.
+func assertTokenNowhere(t *testing.T, ctx context.Context, f *v1alpha1.Fulfillment, secret string) {
+	t.Helper()
+	cs := clientset(t)
+	var places []string
+	check := func(what string, obj any) {
+		data, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), secret) {
+			places = append(places, what)
+		}
+	}
+	check("fulfillment "+f.Name, f)
+	events, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("events", events)
+	jobs, err := cs.BatchV1().Jobs(devenv.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("runner jobs", jobs)
+	pods, err := cs.CoreV1().Pods(devenv.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("runner pods", pods)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if data, err := os.ReadFile(p); err == nil && strings.Contains(string(data), secret) {
+			places = append(places, "the command line of process "+filepath.Base(filepath.Dir(p)))
+		}
+	}
+	if len(places) > 0 {
+		t.Errorf("the bootstrap token of %s appears in: %s", f.Name, strings.Join(places, ", "))
+	}
 }

@@ -106,6 +106,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		if strings.Contains(runLog, token) || strings.Contains(runLog, strings.SplitN(token, ".", 2)[1]) {
 			t.Errorf("run log of %s contains the bootstrap token", f.Name)
 		}
+		assertTokenNowhere(t, ctx, f, strings.SplitN(token, ".", 2)[1])
 	}
 	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: claims.LabelNodeClaim + ",karpenter.sh/nodeclaim!=" + orphanClaim})
 	if err != nil {
