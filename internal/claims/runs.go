@@ -131,8 +131,10 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 			tfrunner.VarLabels:     labels,
 			tfrunner.VarParameters: params,
 		},
-		Env:         env,
-		TofuPath:    c.opts.TofuPath,
+		Env:      env,
+		TofuPath: c.opts.TofuPath,
+		// The runner Job and its pod carry the claim's name: kubectl get jobs -l karpenter.sh/nodeclaim=<claim>.
+		Labels:      map[string]string{tfrunner.LabelNodeClaim: s.f.Name},
 		LockTimeout: 30 * time.Second,
 	}, nil
 }

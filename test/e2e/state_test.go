@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -106,12 +105,9 @@ func TestEncryptedStatesInPostgres(t *testing.T) {
 	if len(f.Status.Runs) == 0 {
 		t.Fatal("no runs recorded")
 	}
-	runLog, err := os.ReadFile(f.Status.Runs[0].Log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	runLog := runLog(t, f.Status.Runs[0])
 	for _, secret := range []string{passphrase, conn} {
-		if strings.Contains(string(runLog), secret) {
+		if strings.Contains(runLog, secret) {
 			t.Errorf("the run log holds a secret (%.10s...)", secret)
 		}
 	}
