@@ -49,3 +49,10 @@ type PGBackendSpec struct {
 
 // DefaultPGSchema is the pg backend's schema when the class names none.
 const DefaultPGSchema = "fulfiller"
+
+// CredentialsSource is a Secret whose keys become the environment of the class's runs.
+type CredentialsSource struct {
+	// SecretName is a Secret in the fulfiller's namespace.
+	// +kubebuilder:validation:MinLength=1
+	SecretName string `json:"secretName"`
+}

@@ -31,6 +31,11 @@ type TofuNodeClassSpec struct {
 	// Backend is where each claim's state lives and is locked. One state per NodeClaim.
 	// +optional
 	Backend Backend `json:"backend,omitempty"`
+	// Credentials name Secrets in the fulfiller's namespace whose keys become the environment
+	// of every tofu run of the class (e.g. HCLOUD_TOKEN for the hcloud provider). Values travel
+	// only in the run's request (a Secret, or a 0600 file), never in a Job spec or argv.
+	// +optional
+	Credentials []CredentialsSource `json:"credentials,omitempty"`
 	// Variables are passed to the module in its `parameters` map, for every node type.
 	// +optional
 	Variables map[string]string `json:"variables,omitempty"`
@@ -194,6 +199,9 @@ const (
 	// ConditionJoinPreflight is True when the cluster lets machines join with a bootstrap
 	// token: public cluster-info, bootstrapper RBAC for CSRs and their auto-approval.
 	ConditionJoinPreflight = "JoinPreflight"
+	// ConditionCredentialsReady is True when every Secret in spec.credentials exists and its
+	// keys are environment variable names.
+	ConditionCredentialsReady = "CredentialsReady"
 	// ConditionBackendReady is True when the Secrets the backend and state encryption need
 	// exist and hold usable values.
 	ConditionBackendReady = "BackendReady"

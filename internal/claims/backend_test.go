@@ -29,6 +29,8 @@ func TestRunRequestBackend(t *testing.T) {
 			Data: map[string][]byte{"passphrase": []byte(statePassphrase)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
 			Data: map[string][]byte{"conn": []byte(conn)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud"},
+			Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase), "PG_CONN_STR": []byte("not this one")}},
 	).Build()
 	clk := clocktesting.NewFakeClock(time.Now())
 	c := NewFulfillmentController(secrets, secrets, clk, nil, nil, NewUnavailableOfferings(clk, time.Minute),
@@ -40,13 +42,14 @@ func TestRunRequestBackend(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name      string
-		backend   v1alpha1.Backend
-		wantType  string
-		config    map[string]string
-		workspace string
-		env       map[string]string
-		reason    string // of the BackendError, when the request cannot be built
+		name        string
+		backend     v1alpha1.Backend
+		credentials []v1alpha1.CredentialsSource
+		wantType    string
+		config      map[string]string
+		workspace   string
+		env         map[string]string
+		reason      string // of the BackendError, when the request cannot be built
 	}{
 		{name: "kubernetes", backend: v1alpha1.Backend{}, wantType: "kubernetes",
 			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"}, env: map[string]string{"KUBE_CONFIG_PATH": "/k"}},
@@ -62,6 +65,12 @@ func TestRunRequestBackend(t *testing.T) {
 			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}}},
 			config:  map[string]string{"schema_name": "fulfiller"},
 			env:     map[string]string{"KUBE_CONFIG_PATH": "/k", "PG_CONN_STR": conn}},
+		// Credentials reach the run as environment; the backend's own settings win.
+		{name: "pg with credentials", wantType: "pg", workspace: "claim-a", credentials: []v1alpha1.CredentialsSource{{SecretName: "hcloud"}},
+			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}}},
+			config:  map[string]string{"schema_name": "fulfiller"},
+			env:     map[string]string{"KUBE_CONFIG_PATH": "/k", "PG_CONN_STR": conn, "HCLOUD_TOKEN": statePassphrase}},
+		{name: "credentials missing", reason: ReasonCredentialsMissing, credentials: []v1alpha1.CredentialsSource{{SecretName: "gone"}}},
 		{name: "encryption key missing", reason: ReasonEncryptionKeyMissing,
 			backend: v1alpha1.Backend{Encryption: &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "gone", Key: "passphrase"}}}},
 		{name: "pg secret missing", reason: ReasonBackendSecretMissing,
@@ -69,7 +78,7 @@ func TestRunRequestBackend(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := testClass()
-			nc.Spec.Backend = tc.backend
+			nc.Spec.Backend, nc.Spec.Credentials = tc.backend, tc.credentials
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
 			f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "claim-a", "/m", "claim-a"
 			s := &claimState{f: f, nc: nc, conds: f.StatusConditions()}

@@ -126,6 +126,18 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	} else {
 		conds.SetTrue(v1alpha1.ConditionBackendReady)
 	}
+	if _, err := readCredentials(ctx, c.secrets, c.secretNamespace, nc.Spec.Credentials); err != nil {
+		be, ok := asBackendError(err)
+		if !ok {
+			return reconcile.Result{}, fmt.Errorf("checking credentials: %w", err)
+		}
+		conds.SetFalse(v1alpha1.ConditionCredentialsReady, be.Reason, be.Message)
+		if notReady == nil {
+			notReady = []string{be.Reason, be.Message}
+		}
+	} else {
+		conds.SetTrue(v1alpha1.ConditionCredentialsReady)
+	}
 	failure, err := c.preflight(ctx)
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("join preflight: %w", err)

@@ -94,6 +94,15 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			mutate: func(nc *v1alpha1.TofuNodeClass) {
 				nc.Spec.NodeTypes[1].Deadlines.Apply = &metav1.Duration{Duration: 6 * time.Minute}
 			}},
+		{name: "credentials", module: good, ready: true, reason: "Ready", mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "hcloud"}}
+		}},
+		{name: "credentials secret missing", module: good, reason: ReasonCredentialsMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "hcloud"}, {SecretName: "no-such-secret"}}
+		}},
+		{name: "credentials key not an env name", module: good, reason: ReasonInvalidCredentialsSecret, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "bad-keys"}}
+		}},
 		{name: "no type can register in time", module: good, reason: ReasonExceedsRegistrationWindow, window: "small (apply 4m + join 12m = 16m), large",
 			mutate: func(nc *v1alpha1.TofuNodeClass) {
 				for i := range nc.Spec.NodeTypes {
@@ -110,6 +119,10 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			secrets := []client.Object{
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "state-key"},
 					Data: map[string][]byte{"passphrase": []byte(statePassphrase), "short": []byte("0123456789")}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud"},
+					Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase)}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "bad-keys"},
+					Data: map[string][]byte{"hcloud-token": []byte(statePassphrase)}},
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
 					Data: map[string][]byte{"conn": []byte("postgres://fulfiller:" + statePassphrase + "@db/states")}},
 			}

@@ -112,10 +112,15 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	if err != nil {
 		return tfrunner.Request{}, err
 	}
+	credentials, err := readCredentials(ctx, c.secrets, c.opts.Namespace, credentialsSpec(s))
+	if err != nil {
+		return tfrunner.Request{}, err
+	}
 	env := maps.Clone(c.opts.RunEnv)
 	if env == nil {
 		env = map[string]string{}
 	}
+	maps.Copy(env, credentials)
 	maps.Copy(env, backendEnv)
 	return tfrunner.Request{
 		Name:      runName(s.f, op, attempt),

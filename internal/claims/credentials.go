@@ -1,0 +1,62 @@
+package claims
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+// Reasons on a TofuNodeClass (condition CredentialsReady, and Ready) and on a Fulfillment
+// whose run cannot be built.
+const (
+	// ReasonCredentialsMissing: a Secret named in spec.credentials does not exist.
+	ReasonCredentialsMissing = "CredentialsMissing"
+	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.
+	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
+)
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// readCredentials reads the Secrets of a class's spec.credentials into the runs'
+// environment; later Secrets win on equal keys. Errors are BackendErrors whose messages name
+// Secrets and keys, never values.
+func readCredentials(ctx context.Context, secrets client.Reader, namespace string, sources []v1alpha1.CredentialsSource) (map[string]string, error) {
+	env := map[string]string{}
+	for _, src := range sources {
+		secret := &corev1.Secret{}
+		err := secrets.Get(ctx, client.ObjectKey{Namespace: namespace, Name: src.SecretName}, secret)
+		if apierrors.IsNotFound(err) {
+			return nil, &BackendError{ReasonCredentialsMissing, fmt.Sprintf("credentials secret %s/%s not found", namespace, src.SecretName)}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading secret %s/%s: %w", namespace, src.SecretName, err)
+		}
+		keys := make([]string, 0, len(secret.Data))
+		for k := range secret.Data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if !envName.MatchString(k) {
+				return nil, &BackendError{ReasonInvalidCredentialsSecret, fmt.Sprintf("credentials secret %s/%s: key %q is not an environment variable name", namespace, src.SecretName, k)}
+			}
+			env[k] = string(secret.Data[k])
+		}
+	}
+	return env, nil
+}
+
+// credentialsSpec is the credentials of the claim's class (none when the class is gone).
+func credentialsSpec(s *claimState) []v1alpha1.CredentialsSource {
+	if s.nc != nil {
+		return s.nc.Spec.Credentials
+	}
+	return nil
+}
