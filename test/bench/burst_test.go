@@ -70,6 +70,7 @@ func BenchmarkBurst20Claims(b *testing.B) {
 		Spec: karpv1.NodePoolSpec{
 			Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
 				NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.Group, Kind: "TofuNodeClass", Name: class.Name},
+				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}},
 			}},
 			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: karpv1.MustParseNillableDuration("5s")},
 		},
