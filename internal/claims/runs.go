@@ -122,7 +122,12 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	}
 	maps.Copy(env, credentials)
 	maps.Copy(env, backendEnv)
+	var deadline time.Duration
+	if op == tfrunner.Apply && s.nt != nil {
+		deadline = orDefault(s.nt.Deadlines.Apply, DefaultApplyDeadline)
+	}
 	return tfrunner.Request{
+		Deadline:  deadline,
 		Name:      runName(s.f, op, attempt),
 		Operation: op,
 		ModuleDir: s.f.Spec.Module,

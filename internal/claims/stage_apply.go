@@ -142,8 +142,8 @@ func (a *applyStage) failed(ctx context.Context, s *claimState, run *v1alpha1.Ru
 	}
 }
 
-// ReasonApplyOverdue: the apply runs longer than its node type's apply deadline. It is
-// reported, not stopped: the claim's registration window decides its fate.
+// ReasonApplyOverdue: the apply runs longer than its node type's apply deadline; its runner
+// is interrupting it (the request carries the deadline), and the run ends with class Timeout.
 const ReasonApplyOverdue = "ApplyOverdue"
 
 // reportOverdue says so on the Applied condition, with one event, once an apply runs past its

@@ -145,6 +145,25 @@ func executorContract(t *testing.T, c contract) {
 		}
 	})
 
+	t.Run("Deadline", func(t *testing.T) {
+		t.Parallel()
+		e := c.newExecutor(t)
+		state := filepath.Join(t.TempDir(), "state.tfstate")
+		req := nodeRequest(t, "contract-e-apply-1", "node", state, map[string]string{"sleep_seconds": "60"})
+		req.Deadline = 6 * time.Second
+		if err := e.Start(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		st := waitDone(t, e, req.Name)
+		if st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != Timeout {
+			t.Fatalf("a run past its deadline: %+v %+v\n%s", st, st.Result, c.logs(t, st))
+		}
+		// The runner interrupted tofu, which released the lock.
+		if _, err := os.Stat(filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the state lock was not released: %v", err)
+		}
+	})
+
 	t.Run("UnknownRun", func(t *testing.T) {
 		t.Parallel()
 		e := c.newExecutor(t)

@@ -121,9 +121,15 @@ func (e *JobExecutor) grace() time.Duration {
 	return TofuInterruptGrace + 30*time.Second
 }
 
-func (e *JobExecutor) deadline(op Operation) time.Duration {
+// deadline is the Job's activeDeadlineSeconds: the executor's per-operation bound or, for a
+// request with a deadline of its own (which the runner enforces by interrupting tofu), that
+// plus the grace period, so that the runner's own ending comes first.
+func (e *JobExecutor) deadline(req Request) time.Duration {
+	if req.Deadline > 0 {
+		return req.Deadline + e.grace()
+	}
 	d := e.ApplyDeadline
-	if op == Destroy {
+	if req.Operation == Destroy {
 		d = e.DestroyDeadline
 	}
 	if d <= 0 {
@@ -240,7 +246,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](0),
 			PodReplacementPolicy:    ptr.To(batchv1.Failed), // never two runners at once
-			ActiveDeadlineSeconds:   ptr.To(int64(e.deadline(req.Operation) / time.Second)),
+			ActiveDeadlineSeconds:   ptr.To(int64(e.deadline(req) / time.Second)),
 			TTLSecondsAfterFinished: ptr.To(int32(orDefault(e.TTLAfterFinished, DefaultTTLAfterFinished) / time.Second)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(lbls)},

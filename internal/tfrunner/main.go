@@ -61,7 +61,13 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		if *workDir != "" {
 			req.WorkDir = *workDir
 		}
-		res = Run(ctx, req, stdout)
+		runCtx := ctx
+		if req.Deadline > 0 {
+			var cancel context.CancelFunc
+			runCtx, cancel = context.WithTimeout(ctx, req.Deadline)
+			defer cancel()
+		}
+		res = Run(runCtx, req, stdout)
 	}
 	if *terminationLog != "" {
 		if err := writeTerminationLog(*terminationLog, res); err != nil {

@@ -56,6 +56,9 @@ type Request struct {
 	TofuPath string `json:"tofuPath"`
 	// LockTimeout is how long tofu retries a held state lock (0: fail at once).
 	LockTimeout time.Duration `json:"lockTimeout,omitempty"`
+	// Deadline bounds the run from the runner's start (0: no bound of its own). Past it the
+	// runner interrupts tofu, which releases its lock, and the run fails with class Timeout.
+	Deadline time.Duration `json:"deadline,omitempty"`
 	// Labels go on what the executor creates for the run (the Job executor's Job, pod and
 	// Secret), e.g. LabelNodeClaim.
 	Labels map[string]string `json:"labels,omitempty"`
@@ -110,8 +113,8 @@ func (r Request) Validate() error {
 	if r.Workspace != "" && !isWorkspaceName(r.Workspace) {
 		return fmt.Errorf("%w: invalid workspace name %q", ErrInvalidRequest, r.Workspace)
 	}
-	if r.LockTimeout < 0 {
-		return fmt.Errorf("%w: negative lock timeout", ErrInvalidRequest)
+	if r.LockTimeout < 0 || r.Deadline < 0 {
+		return fmt.Errorf("%w: negative lock timeout or deadline", ErrInvalidRequest)
 	}
 	return nil
 }
