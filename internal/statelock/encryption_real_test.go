@@ -20,15 +20,7 @@ import (
 // key, a wrong key and a plaintext state are refused with class InvalidCredentials.
 func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 	ctx := context.Background()
-	cp, err := testenv.Start(ctx, testenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	cp := testenv.StartT(t, testenv.Options{})
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -73,3 +73,19 @@ func (b *SyncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// StartT starts a control plane for one test (or benchmark) and stops it when the test ends;
+// a control plane that does not start fails the test.
+func StartT(t testing.TB, opts Options) *ControlPlane {
+	t.Helper()
+	cp, err := Start(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return cp
+}

@@ -56,16 +56,7 @@ func simRequest(t *testing.T, name string, params map[string]string) Request {
 // shipped simulated module (and a broken module, and a held kubernetes-backend lock against a
 // real API server) and checks the class the run reports, which is the reason users see.
 func TestFailureClassesOnRealRuns(t *testing.T) {
-	ctx := context.Background()
-	cp, err := testenv.Start(ctx, testenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	cp := testenv.StartT(t, testenv.Options{})
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)

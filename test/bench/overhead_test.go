@@ -25,11 +25,7 @@ const overheadRounds = 5
 // the median of each and the runner's overhead (difference and ratio of the medians).
 func BenchmarkRunnerOverhead(b *testing.B) {
 	ctx := ctxFor(b, 30*time.Minute)
-	cp, err := testenv.Start(ctx, testenv.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cp.Stop() })
+	cp := testenv.StartT(b, testenv.Options{})
 	tofu, err := testenv.Tool("tofu")
 	if err != nil {
 		b.Fatal(err)
