@@ -114,29 +114,27 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	} else {
 		conds.SetTrue(v1alpha1.ConditionModuleValid)
 	}
-	if _, err := readBackend(ctx, c.secrets, c.secretNamespace, nc.Spec.Backend); err != nil {
-		be, ok := asBackendError(err)
-		if !ok {
-			return reconcile.Result{}, fmt.Errorf("checking backend: %w", err)
+	_, backendErr := readBackend(ctx, c.secrets, c.secretNamespace, nc.Spec.Backend)
+	_, credentialsErr := readCredentials(ctx, c.secrets, c.secretNamespace, nc.Spec.Credentials)
+	for _, chk := range []struct {
+		condition, what string
+		err             error
+	}{
+		{v1alpha1.ConditionBackendReady, "backend", backendErr},
+		{v1alpha1.ConditionCredentialsReady, "credentials", credentialsErr},
+	} {
+		if chk.err == nil {
+			conds.SetTrue(chk.condition)
+			continue
 		}
-		conds.SetFalse(v1alpha1.ConditionBackendReady, be.Reason, be.Message)
+		be, ok := asBackendError(chk.err)
+		if !ok {
+			return reconcile.Result{}, fmt.Errorf("checking %s: %w", chk.what, chk.err)
+		}
+		conds.SetFalse(chk.condition, be.Reason, be.Message)
 		if notReady == nil {
 			notReady = []string{be.Reason, be.Message}
 		}
-	} else {
-		conds.SetTrue(v1alpha1.ConditionBackendReady)
-	}
-	if _, err := readCredentials(ctx, c.secrets, c.secretNamespace, nc.Spec.Credentials); err != nil {
-		be, ok := asBackendError(err)
-		if !ok {
-			return reconcile.Result{}, fmt.Errorf("checking credentials: %w", err)
-		}
-		conds.SetFalse(v1alpha1.ConditionCredentialsReady, be.Reason, be.Message)
-		if notReady == nil {
-			notReady = []string{be.Reason, be.Message}
-		}
-	} else {
-		conds.SetTrue(v1alpha1.ConditionCredentialsReady)
 	}
 	failure, err := c.preflight(ctx)
 	if err != nil {

@@ -16,27 +16,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// startPostgres runs a real PostgreSQL for one test and returns a connection string to a
-// database of its own.
-func startPostgres(t *testing.T) string {
-	t.Helper()
-	ctx := context.Background()
-	pg, err := testenv.StartPostgres(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pg.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	conn, err := pg.CreateDatabase(ctx, "states")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return conn
-}
-
 func pgBackend() tfrunner.Backend {
 	return tfrunner.Backend{Type: "pg", Config: statelock.PGBackend("fulfiller")}
 }
@@ -46,7 +25,7 @@ func pgBackend() tfrunner.Backend {
 // the runs, the row in plain sight only as ciphertext when encrypted, and Remove deletes it.
 func TestPGBackend(t *testing.T) {
 	ctx := context.Background()
-	conn := startPostgres(t)
+	conn := testenv.PostgresT(t, "states")
 	store := statelock.PGStore{ConnStr: conn, Schema: "fulfiller"}
 	env := statelock.PGConnEnv(conn)
 	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "")
@@ -131,7 +110,7 @@ func TestPGBackend(t *testing.T) {
 // run gets the lock.
 func TestPGBackendLocking(t *testing.T) {
 	ctx := context.Background()
-	conn := startPostgres(t)
+	conn := testenv.PostgresT(t, "states")
 	store := statelock.PGStore{ConnStr: conn, Schema: "fulfiller"}
 	env := statelock.PGConnEnv(conn)
 

@@ -89,3 +89,25 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 	})
 	return cp
 }
+
+// PostgresT starts a PostgreSQL server for one test, creates database name in it and returns
+// its connection string; the server stops when the test ends. A missing PostgreSQL fails the
+// test.
+func PostgresT(t testing.TB, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := StartPostgres(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := pg.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	conn, err := pg.CreateDatabase(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}

@@ -14,8 +14,10 @@ const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // so that a node which mounts the volume elsewhere can say where).
 const ServiceAccountDirEnv = "FULFILLER_SERVICE_ACCOUNT_DIR"
 
-// envServiceAccountUsed marks, between runEnv and Run, that serviceAccountEnv applied.
-const envServiceAccountUsed = "_FULFILLER_SERVICE_ACCOUNT"
+// runnerKubeconfig is where a run in a pod keeps the kubeconfig of its service account.
+func runnerKubeconfig(workDir string) string {
+	return filepath.Join(workDir, homeSubdir, ".kube", "runner.kubeconfig")
+}
 
 // kubeAuthVars are the kubernetes backend's environment settings that say how to reach the
 // API server; when the request sets any of them, the runner leaves authentication alone.

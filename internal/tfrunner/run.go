@@ -95,9 +95,8 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if env[envServiceAccountUsed] != "" {
+	if env["KUBE_CONFIG_PATH"] == runnerKubeconfig(req.WorkDir) {
 		out.note("info", "state backend: authenticating as the pod's service account")
-		delete(env, envServiceAccountUsed)
 	}
 
 	tf, err := tfexec.NewTerraform(moduleDir, req.TofuPath)
@@ -317,14 +316,11 @@ func runEnv(req Request) (map[string]string, error) {
 	}
 	maps.Copy(env, tofuEnvFromRunner())
 	maps.Copy(env, req.Env)
-	sa, err := serviceAccountEnv(req.Backend, env, os.Getenv, filepath.Join(home, ".kube", "runner.kubeconfig"))
+	sa, err := serviceAccountEnv(req.Backend, env, os.Getenv, runnerKubeconfig(req.WorkDir))
 	if err != nil {
 		return nil, err
 	}
 	maps.Copy(env, sa)
-	if sa != nil {
-		env[envServiceAccountUsed] = "1"
-	}
 	if bad := tfexec.ProhibitedEnv(env); len(bad) > 0 {
 		sort.Strings(bad)
 		return nil, fmt.Errorf("%w: environment variables tofu must not get this way: %s", ErrInvalidRequest, strings.Join(bad, ", "))

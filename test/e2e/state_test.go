@@ -25,19 +25,7 @@ import (
 // scaled to zero, the machine is destroyed with the same key and the row removed.
 func TestEncryptedStatesInPostgres(t *testing.T) {
 	ctx := ctxFor(t, 8*time.Minute)
-	pg, err := testenv.StartPostgres(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pg.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	conn, err := pg.CreateDatabase(ctx, "states")
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testenv.PostgresT(t, "states")
 	const passphrase = "e2e state passphrase, long enough"
 	create(t, ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "e2e-state-db"},
 		Data: map[string][]byte{"url": []byte(conn)}})
