@@ -97,7 +97,7 @@ func (c *vmiController) Reconcile(ctx context.Context, req reconcile.Request) (r
 		next.Status.PhaseTransitionTimestamps = append(next.Status.PhaseTransitionTimestamps,
 			virtv1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: next.Status.Phase, PhaseTransitionTimestamp: metav1.NewTime(now)})
 	}
-	if next.Status.Phase == virtv1.Running && vmi.Status.Phase != virtv1.Running || next.Status.Phase == virtv1.Running && in.userData != nil {
+	if next.Status.Phase == virtv1.Running {
 		// virt-handler starts the domain; on a restarted controller, it finds it running.
 		if err := c.cfg.Machines.PowerOn(ctx, c.machine(next, in)); err != nil {
 			return reconcile.Result{}, fmt.Errorf("starting the domain of %s: %w", req.NamespacedName, err)
@@ -213,7 +213,17 @@ func imagePullState(image string, elapsed, backoff time.Duration) (reason, messa
 	if into < backoff/4 {
 		return reasonErrImagePull, pullErr, backoff/4 - into
 	}
-	return reasonImagePullBackOff, fmt.Sprintf("Back-off pulling image %q: ErrImagePull: %s", image, pullErr), backoff - into
+	return reasonImagePullBackOff, fmt.Sprintf("Back-off pulling image %q: ErrImagePull: %s", withDefaultTag(image), pullErr), backoff - into
+}
+
+// withDefaultTag is the kubelet's applyDefaultImageTag: :latest for an image without tag or
+// digest.
+func withDefaultTag(image string) string {
+	last := image[strings.LastIndex(image, "/")+1:]
+	if strings.ContainsAny(last, ":@") {
+		return image
+	}
+	return image + ":latest"
 }
 
 // fullImageName is the reference containerd resolves: docker.io and library/ for short
@@ -227,11 +237,7 @@ func fullImageName(image string) string {
 		}
 		name = "docker.io/" + name
 	}
-	last := name[strings.LastIndex(name, "/")+1:]
-	if !strings.ContainsAny(last, ":@") {
-		name += ":latest"
-	}
-	return name
+	return withDefaultTag(name)
 }
 
 // scheduleLauncher places the VMI's launcher pod on an infra node, or returns the
