@@ -223,8 +223,8 @@ func TestModuleCreatesVM(t *testing.T) {
 	params := map[string]string{
 		"cpu_cores": "4", "cpu_sockets": "2", "cpu_threads": "1", "memory": "6Gi",
 		"storage_class": "fast", "disk_size": "30Gi",
-		"multus_networks":   "kv-module-spec/storage",
-		"gpu_device_name":   "nvidia.com/GA102GL_A10", "gpu_count": "2", "host_devices": "example.com/nvme",
+		"multus_networks": "kv-module-spec/storage",
+		"gpu_device_name": "nvidia.com/GA102GL_A10", "gpu_count": "2", "host_devices": "example.com/nvme",
 		"node_selector":     `{"gpu":"a10"}`,
 		"tolerations":       `[{"key":"gpu","operator":"Exists","effect":"NoSchedule"}]`,
 		"affinity":          `{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]}]}}}`,
