@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +26,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/kubevirt/standin"
@@ -491,4 +493,50 @@ func startStandin(t *testing.T, namespace string) *standin.SimMachines {
 		}
 	})
 	return machines
+}
+
+// TestModuleContract: the module keeps the module contract, as the NodeClass check reads it.
+func TestModuleContract(t *testing.T) {
+	t.Parallel()
+	info, err := tfrunner.InspectModule(filepath.Join("..", "..", "..", "modules", "kubevirt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := info.CheckContract(); err != nil {
+		t.Error(err)
+	}
+	if v, ok := info.Variables[tfrunner.VarUserData]; !ok || !v.Sensitive {
+		t.Errorf("user_data: %+v", v)
+	}
+}
+
+// TestExamples: the API server accepts examples/kubevirt as they are.
+func TestExamples(t *testing.T) {
+	t.Parallel()
+	c, cs := clients(t)
+	for _, ns := range []string{"fulfiller", "tenant-nodes"} {
+		if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join("..", "..", "..", "examples", "kubevirt")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) != 4 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range strings.Split(string(data), "\n---\n") {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				t.Fatalf("%s #%d: %v", filepath.Base(f), i, err)
+			}
+			if err := c.Create(context.Background(), obj, client.DryRunAll); err != nil {
+				t.Errorf("%s: %s %s: %v", filepath.Base(f), obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	}
 }
