@@ -48,6 +48,14 @@ func (c *vmController) Reconcile(ctx context.Context, req reconcile.Request) (re
 	var requeue time.Duration
 
 	if vm.DeletionTimestamp != nil {
+		// Terminating, recorded while the VMI goes.
+		o.stopExpected = vmi != nil
+		if status := vmStatus(o, c.cfg.Timings, c.rnd); vmi != nil && !equality.Semantic.DeepEqual(*orig, status) {
+			vm.Status = status
+			if err := c.client.Status().Update(ctx, vm); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return reconcile.Result{}, fmt.Errorf("updating the vm status: %w", err)
+			}
+		}
 		return c.finalize(ctx, vm, vmi)
 	}
 	if !controllerutil.ContainsFinalizer(vm, virtv1.VirtualMachineControllerFinalizer) {
