@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -310,6 +311,8 @@ func TestNeverJoins(t *testing.T) {
 
 	name := ns[:min(len(ns), 40)] + "-idle"
 	vm := testVMObject(ns, name, idleImage, "idle-userdata", 1, "1Gi")
+	// The deprecated spec.running, which means runStrategy Always.
+	vm.Spec.RunStrategy, vm.Spec.Running = nil, ptr.To(true)
 	if err := c.Create(ctx, userDataSecret(ns, "idle-userdata", joinUserData(t, cs, name))); err != nil {
 		t.Fatal(err)
 	}
@@ -368,4 +371,36 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestDataVolumeImportError: a DataVolume importing an image the registry does not have
+// fails its importer, and the VM shows DataVolumeError.
+func TestDataVolumeImportError(t *testing.T) {
+	t.Parallel()
+	c, cs := clients(t)
+	ns := namespace(t, cs)
+	ctx := context.Background()
+	startStandin(t, ns, Config{Images: testImages})
+	if err := c.Create(ctx, storageClass(ns+"-fast")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), storageClass(ns+"-fast")) })
+
+	vm := withDataVolumeDisk(testVMObject(ns, "dv-err", bootImage, "dv-err-userdata", 1, "1Gi"), "dv-err-root", ns+"-fast", "quay.io/containerdisks/nope:1")
+	if err := c.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	waitVM(t, c, client.ObjectKeyFromObject(vm), "DataVolumeError", printable(virtv1.VirtualMachineStatusDataVolumeError))
+	dv := &cdiv1.DataVolume{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dv-err-root"}, dv); err != nil {
+		t.Fatal(err)
+	}
+	for _, cond := range dv.Status.Conditions {
+		if cond.Type == cdiv1.DataVolumeRunning && (cond.Status != corev1.ConditionFalse || cond.Reason != "Error" || !strings.Contains(cond.Message, "quay.io/containerdisks/nope:1")) {
+			t.Errorf("importer condition = %+v", cond)
+		}
+	}
+	if dv.Status.Phase != cdiv1.ImportInProgress {
+		t.Errorf("datavolume phase %q", dv.Status.Phase)
+	}
 }
