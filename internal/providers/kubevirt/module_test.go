@@ -3,6 +3,7 @@ package kubevirt
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -193,6 +194,13 @@ func clients(t *testing.T) (client.Client, kubernetes.Interface) {
 // inline user data with an extra cloud-config file.
 func bigUserData(t *testing.T, cs kubernetes.Interface, name string) (string, bootstrap.Token) {
 	t.Helper()
+	return userDataWithin(t, cs, name, 0)
+}
+
+// userDataWithin renders it for a node type whose user data limit is limit (0: none); over
+// it the fulfiller gzips and base64-encodes the user data.
+func userDataWithin(t *testing.T, cs kubernetes.Interface, name string, limit int64) (string, bootstrap.Token) {
+	t.Helper()
 	tok, err := testenv.MintToken(context.Background(), cs, time.Now().Add(15*time.Minute), "kubevirt module "+t.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -209,11 +217,12 @@ func bigUserData(t *testing.T, cs kubernetes.Interface, name string) (string, bo
 		Taints: []corev1.Taint{{Key: "karpenter.sh/unregistered", Effect: corev1.TaintEffectNoExecute}},
 		ExtraCloudConfig: "#cloud-config\nwrite_files:\n- path: /etc/motd\n  content: |\n" +
 			"    " + strings.ReplaceAll(strings.TrimSuffix(motd, "\n"), "\n", "\n    ") + "\n",
+		UserDataLimit: limit,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data) <= 2048 {
+	if limit == 0 && len(data) <= 2048 {
 		t.Fatalf("user data of %d bytes is no test of the 2048-byte limit", len(data))
 	}
 	return string(data), tok
@@ -551,5 +560,47 @@ func TestExamples(t *testing.T) {
 				t.Errorf("%s: %s %s: %v", filepath.Base(f), obj.GetKind(), obj.GetName(), err)
 			}
 		}
+	}
+}
+
+// TestModuleGzippedUserData: user data the fulfiller gzipped and base64-encoded (over a node
+// type's userDataLimit) is stored as the gzip bytes, which cloud-init decompresses: the
+// guest joins with it.
+func TestModuleGzippedUserData(t *testing.T) {
+	t.Parallel()
+	c, cs := clients(t)
+	in := newInfra(t, cs, "kv-module-gzip")
+	ctx := context.Background()
+	machines := startStandin(t, in.namespace)
+	const name = "kv-gzip"
+	userData, tok := userDataWithin(t, cs, name, 2048)
+	if !strings.HasPrefix(userData, "H4sI") {
+		t.Fatalf("user data over the limit is not gzipped and base64-encoded: %.20q", userData)
+	}
+	res := run(t, request(t, name, tfrunner.Apply, in, userData, nil), tok.Secret)
+	if !res.Succeeded {
+		t.Fatalf("apply: %+v", res.Error)
+	}
+	secret, err := cs.CoreV1().Secrets(in.namespace).Get(ctx, name+"-userdata", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := base64.StdEncoding.DecodeString(userData)
+	if !bytes.Equal(secret.Data["userdata"], raw) || !bytes.HasPrefix(raw, []byte{0x1f, 0x8b}) {
+		t.Errorf("the Secret holds %d bytes, want the %d gzip bytes", len(secret.Data["userdata"]), len(raw))
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && n.Spec.ProviderID == "kubevirt://"+name, client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		log, _ := os.ReadFile(machines.LogPath(types.NamespacedName{Namespace: in.namespace, Name: name}))
+		t.Fatalf("the guest did not join with gzipped user data: %v\n%s", err, log)
+	}
+	if res := run(t, request(t, name, tfrunner.Destroy, in, userData, nil), tok.Secret); !res.Succeeded {
+		t.Fatalf("destroy: %+v", res.Error)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: in.namespace, Name: name}, &virtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the VM after destroy: %v", err)
 	}
 }
