@@ -141,11 +141,15 @@ func (c *vmController) startVMI(ctx context.Context, o *vmObservation) error {
 				},
 				Spec: *tmpl.Spec.DeepCopy(),
 			}
-			if err := c.client.Create(ctx, dv); err != nil && !apierrors.IsAlreadyExists(err) {
+			switch err := c.client.Create(ctx, dv); {
+			case apierrors.IsAlreadyExists(err):
+				// Created by an earlier reconcile that the cache has not shown yet.
+			case err != nil:
 				c.recorder.Eventf(vm, corev1.EventTypeWarning, "FailedDataVolumeCreate", "Error creating DataVolume %s: %v", dv.Name, err)
 				return fmt.Errorf("failed to create DataVolume: %w", err)
+			default:
+				c.recorder.Eventf(vm, corev1.EventTypeNormal, reasonDataVolumeCreated, "Created DataVolume %s", dv.Name)
 			}
-			c.recorder.Eventf(vm, corev1.EventTypeNormal, reasonDataVolumeCreated, "Created DataVolume %s", dv.Name)
 			continue
 		}
 		switch dv.Status.Phase {
