@@ -177,7 +177,13 @@ func (c *vmController) startVMI(ctx context.Context, o *vmObservation) error {
 	vmi.Annotations[virtv1.VirtualMachineGenerationAnnotation] = strconv.FormatInt(vm.Generation, 10)
 	vmi.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(vm, virtv1.VirtualMachineGroupVersionKind)}
 	vmi.Finalizers = append(vmi.Finalizers, virtv1.VirtualMachineControllerFinalizer)
-	if err := c.client.Create(ctx, vmi); err != nil {
+	switch err := c.client.Create(ctx, vmi); {
+	case apierrors.IsAlreadyExists(err):
+		// Created by an earlier reconcile that the cache has not shown yet (what
+		// virt-controller's expectations are for).
+		o.startExpected = true
+		return nil
+	case err != nil:
 		c.recorder.Eventf(vm, corev1.EventTypeWarning, "FailedCreate", "Error creating virtual machine instance: %v", err)
 		return fmt.Errorf("failure while starting VMI: %w", err)
 	}
