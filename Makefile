@@ -21,9 +21,12 @@ help: ## list the targets
 tools: ## build the pinned tofu, etcd, Kubernetes and helm binaries from source (cached)
 	hack/tools.sh
 
-generate: ## regenerate deepcopy code and CRDs from api/, and the chart's copy of the CRDs
+KUBEVIRT_CRDS := internal/providers/kubevirt/standin/crds
+
+generate: ## regenerate deepcopy code and CRDs from api/, the chart's copy of the CRDs, and the test environment's KubeVirt CRDs
 	$(FULFILLER_TOOLS_BIN)/controller-gen object paths=./api/... crd output:crd:artifacts:config=api/crds
 	$(MAKE) --no-print-directory chart-crds
+	go run ./$(KUBEVIRT_CRDS)/gen -out $(KUBEVIRT_CRDS)
 
 CHART := charts/fulfiller
 
@@ -32,8 +35,8 @@ chart-crds: ## copy the generated CRDs (api/crds) into the chart (charts/fulfill
 	cp api/crds/*.yaml $(CHART)/crds/
 
 verify-generate: generate ## fail when generated files (api/, the chart's CRDs) are not committed
-	@git diff --exit-code -- api $(CHART)/crds || (echo "generated files are stale: run make generate and commit"; exit 1)
-	@out=$$(git status --porcelain --untracked-files=all -- api $(CHART)/crds); if [ -n "$$out" ]; then \
+	@git diff --exit-code -- api $(CHART)/crds $(KUBEVIRT_CRDS) || (echo "generated files are stale: run make generate and commit"; exit 1)
+	@out=$$(git status --porcelain --untracked-files=all -- api $(CHART)/crds $(KUBEVIRT_CRDS)); if [ -n "$$out" ]; then \
 		echo "generated files are not committed:"; echo "$$out"; exit 1; fi
 
 chart-lint: ## helm lint --strict the chart (the chart's Go test also does, and applies it to a real API server)

@@ -7,7 +7,14 @@
 #   hack/tools.sh            build what is missing, print the bin folder
 #   TOOLS="tofu etcd" ...    build only these
 #
-# Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION FULFILLER_CACHE TOOLS.
+# The OpenTofu providers the shipped modules require are built the same way and laid out as a
+# filesystem mirror in $FULFILLER_CACHE/tools/providers (registry.opentofu.org/<ns>/<type>/
+# <version>/<os>_<arch>/terraform-provider-<type>_v<version>), with a CLI configuration that
+# installs from it only: $FULFILLER_CACHE/tools/tofurc (TF_CLI_CONFIG_FILE). Tests, the local
+# environment and the image's mirror all use these builds.
+#
+# Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION
+# HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION FULFILLER_CACHE TOOLS.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -16,13 +23,16 @@ ETCD_VERSION=${ETCD_VERSION:-3.6.8}
 TOFU_VERSION=${TOFU_VERSION:-1.12.6}
 HELM_VERSION=${HELM_VERSION:-3.22.0}
 CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-0.21.0}
+HCLOUD_PROVIDER_VERSION=${HCLOUD_PROVIDER_VERSION:-1.58.0}
+KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-1.19.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
-TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen"}
+TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen provider-hcloud provider-kubectl"}
 
 root=$FULFILLER_CACHE/tools
 src=$FULFILLER_CACHE/src
 bin=$root/bin
-mkdir -p "$root" "$src" "$bin"
+providers=$root/providers
+mkdir -p "$root" "$src" "$bin" "$providers"
 
 export GOWORK=off CGO_ENABLED=0
 unset GOFLAGS
@@ -38,6 +48,8 @@ version_of() {
     etcd) echo "$ETCD_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
     controller-gen) echo "$CONTROLLER_GEN_VERSION" ;;
+    provider-hcloud) echo "$HCLOUD_PROVIDER_VERSION" ;;
+    provider-kubectl) echo "$KUBECTL_PROVIDER_VERSION" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo "$K8S_VERSION" ;;
     *) log "unknown tool $1"; return 1 ;;
   esac
@@ -133,6 +145,34 @@ build_controller_gen() {
   rmdir "$gobin"
 }
 
+# build_provider OUT MODULE VERSION [LDFLAGS]: a provider's main package at its module root,
+# built in a writable copy (`go install MODULE@VERSION` would read the module's version list,
+# which the proxy refuses for these modules, although it serves the exact versions).
+build_provider() {
+  local dir
+  dir=$(writable_copy "$2@v$3" "$(basename "$2")-$3")
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w ${4:-}" -o "$1" .)
+}
+
+build_provider_hcloud() {
+  # The checksum database has no entry for this module (its dependencies verify normally).
+  GONOSUMDB=github.com/hetznercloud build_provider "$1" github.com/hetznercloud/terraform-provider-hcloud \
+    "$HCLOUD_PROVIDER_VERSION" "-X github.com/hetznercloud/terraform-provider-hcloud/hcloud.Version=$HCLOUD_PROVIDER_VERSION"
+}
+
+build_provider_kubectl() {
+  build_provider "$1" github.com/gavinbunney/terraform-provider-kubectl "$KUBECTL_PROVIDER_VERSION"
+}
+
+# mirror_provider TOOL NAMESPACE TYPE: links a built provider into the filesystem mirror.
+mirror_provider() {
+  local version dir
+  version=$(version_of "$1")
+  dir=$providers/registry.opentofu.org/$2/$3/$version/$(go env GOOS)_$(go env GOARCH)
+  mkdir -p "$dir"
+  ln -sfn "$root/$1-$version" "$dir/terraform-provider-${3}_v$version"
+}
+
 total_start=$SECONDS
 for tool in $TOOLS; do
   version=$(version_of "$tool")
@@ -149,15 +189,37 @@ for tool in $TOOLS; do
       etcd) build_etcd "$tmp" ;;
       helm) build_helm "$tmp" ;;
       controller-gen) build_controller_gen "$tmp" ;;
+      provider-hcloud) build_provider_hcloud "$tmp" ;;
+      provider-kubectl) build_provider_kubectl "$tmp" ;;
       *) build_k8s "$tmp" "$tool" ;;
     esac
-    "$tmp" version --client >/dev/null 2>&1 || "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 ||
-      { log "$tool $version was built but does not run"; exit 1; }
+    case $tool in
+      # A plugin only answers its host's handshake; run alone, it says so and exits 1.
+      provider-*) said=$("$tmp" 2>&1 || true); grep -q "plugin" <<<"$said" || { log "$tool $version was built but does not run"; exit 1; } ;;
+      *) "$tmp" version --client >/dev/null 2>&1 || "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 ||
+        { log "$tool $version was built but does not run"; exit 1; } ;;
+    esac
     mv "$tmp" "$out"
     current_tool=""
     log "built $tool $version in $((SECONDS - start))s"
   fi
-  ln -sfn "../$tool-$version" "$bin/$tool"
+  case $tool in
+    provider-hcloud) mirror_provider "$tool" hetznercloud hcloud ;;
+    provider-kubectl) mirror_provider "$tool" gavinbunney kubectl ;;
+    *) ln -sfn "../$tool-$version" "$bin/$tool" ;;
+  esac
 done
+
+# The CLI configuration that installs providers from the mirror only: no registry, no network,
+# no writable plugin cache shared between parallel `tofu init`s.
+cat >"$root/tofurc.tmp.$$" <<TOFURC
+provider_installation {
+  filesystem_mirror {
+    path    = "$providers"
+    include = ["*/*/*"]
+  }
+}
+TOFURC
+mv "$root/tofurc.tmp.$$" "$root/tofurc"
 log "all tools ready in $((SECONDS - total_start))s"
 printf '%s\n' "$bin"
