@@ -1,6 +1,6 @@
 // Package devenv is the local environment: a real control plane, the fulfiller controller
 // (Karpenter core inside) with the local executor, and simulated machines — started in the
-// background by `fulfiller dev up` and stopped by `fulfiller dev down`.
+// background by `fulfiller-dev dev up` and stopped by `fulfiller-dev dev down`.
 package devenv
 
 import (
