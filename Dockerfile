@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # The fulfiller image: one binary for the controller (`fulfiller controller`, the chart's
-# Deployment) and the runner (`fulfiller run`, each runner Job), OpenTofu built from source at
+# Deployment) and the runner (`fulfiller run`, each runner Job), built from cmd/fulfiller,
+# which links no test machinery (the development binary cmd/fulfiller-dev, with the local
+# environment and the simulated machine, is not in the image), OpenTofu built from source at
 # the version the project pins (hack/tools.sh, as for the tests), the shipped node-type
 # modules in /modules and a provider mirror in /opt/tofu/providers with a CLI configuration
 # that installs providers from it only.

@@ -56,8 +56,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image: ## build the controller image (needs a docker engine; see the Dockerfile)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-build: ## build bin/fulfiller
-	go build -trimpath -o bin/fulfiller ./cmd/fulfiller
+build: ## build bin/fulfiller (the image's controller and runner) and bin/fulfiller-dev (that plus dev and sim)
+	go build -trimpath -o bin/ ./cmd/fulfiller ./cmd/fulfiller-dev
 
 vet: ## go vet and gofmt check
 	go vet ./...
@@ -73,13 +73,13 @@ bench: tools ## run the benchmarks (test/bench): 20 claims at once through the p
 DEV_DIR ?= .dev
 
 demo: tools build ## run the local environment with a sample workload (see README)
-	bin/fulfiller dev demo --dir $(DEV_DIR)
+	bin/fulfiller-dev dev demo --dir $(DEV_DIR)
 
 dev-up: tools build ## start the local environment in the background (KUBECONFIG=$(DEV_DIR)/kubeconfig)
-	bin/fulfiller dev up --dir $(DEV_DIR)
+	bin/fulfiller-dev dev up --dir $(DEV_DIR)
 
-dev-down: ## stop the local environment
-	bin/fulfiller dev down --dir $(DEV_DIR)
+dev-down: build ## stop the local environment
+	bin/fulfiller-dev dev down --dir $(DEV_DIR)
 
 clean: ## remove build output (the tools cache stays)
 	rm -rf bin

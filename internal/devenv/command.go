@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-const usage = `usage: fulfiller dev <up|down|demo> --dir DIR [--executor local|job]
+const usage = `usage: fulfiller-dev dev <up|down|demo> --dir DIR [--executor local|job]
 
   up     start the local environment in the background: a control plane, the controller
          (Karpenter + fulfiller, local executor) and simulated machines; writes DIR/kubeconfig
@@ -18,7 +18,7 @@ const usage = `usage: fulfiller dev <up|down|demo> --dir DIR [--executor local|j
   demo   up, then pending pods get nodes, stage timings, scale to zero, consolidation, down
 `
 
-// Main implements `fulfiller dev`.
+// Main implements `fulfiller-dev dev`.
 func Main(args []string) int {
 	if len(args) < 1 {
 		fmt.Fprint(os.Stderr, usage)
@@ -53,7 +53,7 @@ func Main(args []string) int {
 		return 2
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fulfiller dev:", err)
+		fmt.Fprintln(os.Stderr, "fulfiller-dev dev:", err)
 		return 1
 	}
 	return 0

@@ -1,6 +1,6 @@
 // Package devenv is the local environment: a real control plane, the fulfiller controller
 // (Karpenter core inside) with the local executor, and simulated machines — started in the
-// background by `fulfiller dev up` and stopped by `fulfiller dev down`.
+// background by `fulfiller-dev dev up` and stopped by `fulfiller-dev dev down`.
 package devenv
 
 import (
@@ -21,9 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
-	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 // Namespace is where the controller keeps states, user data and runs.
@@ -151,7 +151,7 @@ func Serve(dir, executor string) error {
 		}
 	}
 	start := time.Now()
-	cp, err := testenv.Start(ctx, testenv.Options{Dir: l.Cluster(), CRDs: testenv.DefaultCRDs()})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: l.Cluster(), CRDs: controlplane.DefaultCRDs()})
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
@@ -223,11 +223,11 @@ func (c *controller) start() error {
 	if err != nil {
 		return err
 	}
-	tofu, err := testenv.Tool("tofu")
+	tofu, err := controlplane.Tool("tofu")
 	if err != nil {
 		return err
 	}
-	ports, err := testenv.FreePorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
 )
 
@@ -74,7 +74,7 @@ func runnerRBAC(ctx context.Context, cs kubernetes.Interface) error {
 // startRunnerNode starts the stand-in kubelet that runs runner pods: it registers a tainted
 // node only runners tolerate and runs their container command (this binary) locally, with
 // the pod's service-account token, so that runs authenticate as the runner ServiceAccount.
-func startRunnerNode(ctx context.Context, l Layout, cp *testenv.ControlPlane, cs kubernetes.Interface, logf *os.File) (*kubelet.Kubelet, error) {
+func startRunnerNode(ctx context.Context, l Layout, cp *controlplane.ControlPlane, cs kubernetes.Interface, logf *os.File) (*kubelet.Kubelet, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ import (
 // DefaultStopGrace is how long `sim stop` waits after SIGTERM before SIGKILL.
 const DefaultStopGrace = 10 * time.Second
 
-const usage = `usage: fulfiller sim <command> [flags]
+const usage = `usage: fulfiller-dev sim <command> [flags]
 
 Simulated machines, the stand-in for VMs and servers in tests and the local environment.
 
@@ -33,7 +33,7 @@ commands:
                     power a machine off (idempotent)
 `
 
-// Main runs the `fulfiller sim` command; args are what follows "sim". It returns the exit code.
+// Main runs the `fulfiller-dev sim` command; args are what follows "sim". It returns the exit code.
 func Main(args []string) int {
 	return mainTo(args, os.Stdout, os.Stderr)
 }
@@ -55,7 +55,7 @@ func mainTo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "fulfiller sim: unknown command %q\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "fulfiller-dev sim: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
 	switch {
@@ -64,7 +64,7 @@ func mainTo(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		return 2
 	case err != nil:
-		fmt.Fprintf(stderr, "fulfiller sim %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "fulfiller-dev sim %s: %v\n", args[0], err)
 		return 1
 	}
 	return 0
@@ -73,7 +73,7 @@ func mainTo(args []string, stdout, stderr io.Writer) int {
 var errUsage = errors.New("usage")
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("fulfiller sim "+name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("fulfiller-dev sim "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
 }

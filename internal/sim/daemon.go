@@ -26,7 +26,7 @@ const (
 // Start powers a machine on as a detached background process, so that a short-lived caller
 // (tofu's local-exec) can leave it running: it writes cfg to <StateDir>/machine.json and runs
 // `binary... run --config <StateDir>/machine.json` in its own session, output appended to
-// <StateDir>/machine.log and its pid in <StateDir>/pid. binary is the `fulfiller sim` command
+// <StateDir>/machine.log and its pid in <StateDir>/pid. binary is the `fulfiller-dev sim` command
 // line; empty means this executable followed by "sim". Start returns as soon as the process
 // runs, and does nothing when a machine with this state dir is running already.
 func Start(cfg MachineConfig, binary []string) error {

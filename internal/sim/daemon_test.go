@@ -15,7 +15,7 @@ import (
 )
 
 // TestStartStop runs a machine as a detached process of this test binary (acting as
-// `fulfiller sim`), sees its Node, and powers it off.
+// `fulfiller-dev sim`), sees its Node, and powers it off.
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	_ "github.com/lib/pq" // the database/sql driver "postgres"
+
+	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 )
 
 // PostgresBinEnv overrides where the PostgreSQL server binaries (initdb, postgres) are.
@@ -30,7 +32,7 @@ type Postgres struct {
 	// authentication on loopback).
 	ConnStr string
 
-	proc *process
+	proc *controlplane.Process
 }
 
 // postgresBin finds the folder with initdb and postgres: PostgresBinEnv, else the newest
@@ -111,13 +113,13 @@ func StartPostgres(ctx context.Context) (pg *Postgres, err error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %w: %s", err, lastBytes(out, 2000))
 	}
-	ports, err := FreePorts(1)
+	ports, err := controlplane.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
 	pg.Port = ports[0]
 	pg.ConnStr = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", pg.Port)
-	pg.proc, err = startProcessAs("postgres", filepath.Join(bin, "postgres"), dir, cred,
+	pg.proc, err = controlplane.StartProcess("postgres", filepath.Join(bin, "postgres"), dir, cred,
 		"-D", data, "-p", strconv.Itoa(pg.Port), "-k", sockets,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "synchronous_commit=off", "-c", "max_connections=100")
@@ -131,8 +133,8 @@ func StartPostgres(ctx context.Context) (pg *Postgres, err error) {
 	defer func() { _ = db.Close() }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if exited, perr := pg.proc.exited(); exited {
-			return nil, fmt.Errorf("postgres exited: %v: %s", perr, pg.proc.tail(2000))
+		if exited, perr := pg.proc.Exited(); exited {
+			return nil, fmt.Errorf("postgres exited: %v: %s", perr, pg.proc.Tail(2000))
 		}
 		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := db.PingContext(pingCtx)
@@ -141,7 +143,7 @@ func StartPostgres(ctx context.Context) (pg *Postgres, err error) {
 			return pg, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("postgres did not accept connections: %w: %s", err, pg.proc.tail(2000))
+			return nil, fmt.Errorf("postgres did not accept connections: %w: %s", err, pg.proc.Tail(2000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -151,7 +153,7 @@ func StartPostgres(ctx context.Context) (pg *Postgres, err error) {
 func (pg *Postgres) Stop() error {
 	var err error
 	if pg.proc != nil {
-		err = pg.proc.stop(20 * time.Second)
+		err = pg.proc.Stop(20 * time.Second)
 	}
 	if rmErr := os.RemoveAll(pg.Dir); err == nil {
 		err = rmErr

@@ -9,20 +9,11 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
 
-	"github.com/fulfiller-sh/fulfiller/api/crds"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
-
-// DefaultCRDs are the CRDs every control plane of the project carries: Karpenter's, from the
-// pinned module, and the fulfiller's.
-func DefaultCRDs() []*apiextensionsv1.CustomResourceDefinition {
-	return append(append([]*apiextensionsv1.CustomResourceDefinition{}, karpenterapis.CRDs...), crds.CRDs...)
-}
 
 // RunMain starts one control plane for a test package, runs its tests and stops it, whatever
 // they do. Tools that are missing fail the package: nothing is skipped.

@@ -1,8 +1,9 @@
 # The simulated node type: a "cloud" whose servers are simulated machines, background
-# processes of `fulfiller sim` that boot, read their cloud-init user data, join with the
+# processes of `fulfiller-dev sim` that boot, read their cloud-init user data, join with the
 # bootstrap token in it and run a simulated kubelet. See README.md.
 #
-# The provisioners run "$FULFILLER_BINARY" (the runner exports it). Values reach the shell
+# The provisioners run "$FULFILLER_BINARY" (the runner exports its own executable: it must
+# be the development binary, fulfiller-dev, which has `sim`). Values reach the shell
 # through `environment`, never through the command text, so that the command tofu prints and
 # puts in error messages carries neither the user data nor the simulated error codes.
 
@@ -96,7 +97,7 @@ resource "terraform_data" "machine" {
     interpreter = ["/bin/sh", "-c"]
     command     = <<-EOT
       set -eu
-      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
+      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller-dev binary}"
       umask 077
       mkdir -p "$SIM_STATE_DIR"
       printf '%s' "$SIM_USER_DATA" > "$SIM_STATE_DIR/user-data"
@@ -134,7 +135,7 @@ resource "terraform_data" "machine" {
     interpreter = ["/bin/sh", "-c"]
     command     = <<-EOT
       set -eu
-      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
+      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller-dev binary}"
       : "$${SIM_STATE_DIR:?}"
       echo "deleting simulated server in $SIM_STATE_DIR"
       "$FULFILLER_BINARY" sim stop --state-dir "$SIM_STATE_DIR"

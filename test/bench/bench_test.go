@@ -1,7 +1,7 @@
 // Package bench holds the benchmarks of the whole pipeline (`make bench`). They are not run by
-// `go test ./...`: each sets up a real control plane, builds the binary and runs real tofu, and
-// reports what it measured with b.ReportMetric. Run them with -benchtime=1x: every benchmark
-// makes its own fixed number of measurements per iteration and reports medians.
+// `go test ./...`: each sets up a real control plane, builds the development binary and runs
+// real tofu, and reports what it measured with b.ReportMetric. Run them with -benchtime=1x:
+// every benchmark makes its own fixed number of measurements per iteration and reports medians.
 package bench
 
 import (
@@ -21,14 +21,15 @@ func root() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// buildFulfiller builds the binary into dir.
-func buildFulfiller(b *testing.B, dir string) string {
+// buildFulfillerDev builds the development binary into dir: the local environment, and a
+// runner whose FULFILLER_BINARY has the `sim` command modules/sim calls.
+func buildFulfillerDev(b *testing.B, dir string) string {
 	b.Helper()
-	bin := filepath.Join(dir, "fulfiller")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller")
+	bin := filepath.Join(dir, "fulfiller-dev")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller-dev")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = root(), os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		b.Fatalf("building fulfiller: %v", err)
+		b.Fatalf("building fulfiller-dev: %v", err)
 	}
 	return bin
 }

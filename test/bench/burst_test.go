@@ -35,7 +35,7 @@ const burstClaims = 20
 func BenchmarkBurst20Claims(b *testing.B) {
 	ctx := ctxFor(b, 30*time.Minute)
 	dir := b.TempDir()
-	bin := buildFulfiller(b, dir)
+	bin := buildFulfillerDev(b, dir)
 	envDir := filepath.Join(dir, "env")
 	up := exec.Command(bin, "dev", "up", "--dir", envDir, "--executor", devenv.ExecutorJob)
 	up.Stdout, up.Stderr = os.Stderr, os.Stderr

@@ -31,7 +31,7 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	bin := buildFulfiller(b, dir)
+	bin := buildFulfillerDev(b, dir)
 	simDir := filepath.Join(dir, "machines")
 	module := filepath.Join(root(), "modules", "sim")
 	executor := &tfrunner.LocalExecutor{Dir: filepath.Join(dir, "runs"), Command: []string{bin, "run"}, MaxConcurrent: 1}

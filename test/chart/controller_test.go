@@ -44,11 +44,14 @@ import (
 // denied by the API server.
 func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fulfiller")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fulfiller")
+	// The controller is the image's binary. Its runner Jobs run the image's `fulfiller run`;
+	// the stand-in kubelet runs the development binary for it, whose `run` is the same command
+	// and which also has the `sim` that modules/sim's provisioners call as $FULFILLER_BINARY.
+	bin, devBin := filepath.Join(dir, "fulfiller"), filepath.Join(dir, "fulfiller-dev")
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/fulfiller", "./cmd/fulfiller-dev")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building fulfiller: %v\n%s", err, out)
+		t.Fatalf("building fulfiller and fulfiller-dev: %v\n%s", err, out)
 	}
 	kubeconfig := serviceAccountKubeconfig(ctx, t, cs, "fulfiller", dir)
 
@@ -67,10 +70,10 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		"FULFILLER_RUNS_DIR": filepath.Join(dir, "runs"),
 	}
 	// The chart's Job executor: runner Jobs in the release namespace, run by a stand-in
-	// kubelet with this binary for the image's and the pod's service-account token (the
-	// runner ServiceAccount's) for the kubernetes backend.
+	// kubelet with the development binary for the image's and the pod's service-account token
+	// (the runner ServiceAccount's) for the kubernetes backend.
 	extra := map[string]string{"FULFILLER_TOFU": tofu}
-	startRunnerKubelet(ctx, t, cs, bin, dir)
+	startRunnerKubelet(ctx, t, cs, devBin, dir)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "KUBECONFIG=" + kubeconfig}
 	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
 		if e.ValueFrom != nil {
@@ -178,7 +181,7 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		return false, nil
 	})
 	t.Logf("nodeclass %s: Ready %s", nc.GetName(), last)
-	t.Cleanup(func() { stopMachines(t, bin, filepath.Join(dir, "machines")) })
+	t.Cleanup(func() { stopMachines(t, devBin, filepath.Join(dir, "machines")) })
 
 	// One claim through its whole life with these rights: a pending pod, a NodeClaim, the
 	// Fulfillment, a bootstrap token in kube-system, tofu apply (as the runner

@@ -66,6 +66,27 @@ func TestDockerfileSources(t *testing.T) {
 	}
 }
 
+// TestDockerfileBuildsTheControllerBinary checks that the image's Go binary is cmd/fulfiller,
+// which internal/cli's test keeps free of test machinery, and not the development binary.
+func TestDockerfileBuildsTheControllerBinary(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var builds []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		for i := 0; i+1 < len(fields); i++ {
+			if fields[i] == "go" && fields[i+1] == "build" {
+				builds = append(builds, strings.Join(fields[i:], " "))
+			}
+		}
+	}
+	if len(builds) != 1 || !strings.HasSuffix(builds[0], " ./cmd/fulfiller") {
+		t.Errorf("the Dockerfile's go builds are %q, want one, of ./cmd/fulfiller only", builds)
+	}
+}
+
 // TestImageTofuConfig runs the image's provider mirror script over the shipped modules, then
 // `tofu init` of each with the image's CLI configuration pointing at that mirror: the modules
 // initialise from the mirror alone. A module that needs a provider the mirror lacks fails

@@ -59,11 +59,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "fulfiller")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller")
+	// The development binary: the environment's controller, runners and simulated machines.
+	bin := filepath.Join(tmp, "fulfiller-dev")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller-dev")
 	build.Dir, build.Stdout, build.Stderr = env.root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building fulfiller:", err)
+		fmt.Fprintln(os.Stderr, "building fulfiller-dev:", err)
 		return 1
 	}
 	if env.kubectl, err = testenv.Tool("kubectl"); err != nil {

@@ -1,4 +1,4 @@
-package testenv
+package controlplane_test
 
 import (
 	"context"
@@ -23,13 +23,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
-var controlPlane *ControlPlane
+var controlPlane *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(RunMain(m, &controlPlane, Options{CRDs: DefaultCRDs()}))
+	os.Exit(testenv.RunMain(m, &controlPlane, controlplane.Options{CRDs: controlplane.DefaultCRDs()}))
 }
 
 func admin(t *testing.T) kubernetes.Interface {
@@ -55,7 +57,7 @@ func whoAmI(ctx context.Context, cfg *rest.Config) (authenticationv1.UserInfo, e
 
 func mintToken(ctx context.Context, t *testing.T, expires time.Time) bootstrap.Token {
 	t.Helper()
-	tok, err := MintToken(ctx, admin(t), expires, "testenv "+t.Name())
+	tok, err := testenv.MintToken(ctx, admin(t), expires, "testenv "+t.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,15 @@ func TestBootstrapTokenJoin(t *testing.T) {
 	if cert.Subject.CommonName != "system:node:"+nodeName || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
 		t.Errorf("certificate subject = %v, want CN=system:node:%s O=system:nodes", cert.Subject, nodeName)
 	}
-	if err := cert.CheckSignatureFrom(controlPlane.pki.CA.Cert); err != nil {
+	caBlock, _ := pem.Decode(controlPlane.CAPEM)
+	if caBlock == nil {
+		t.Fatal("cluster CA is not PEM")
+	}
+	ca, err := x509.ParseCertificate(caBlock.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cert.CheckSignatureFrom(ca); err != nil {
 		t.Errorf("certificate not signed by the cluster CA: %v", err)
 	}
 	csrs, err := admin(t).CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
@@ -266,7 +276,7 @@ func TestJoinPreflight(t *testing.T) {
 func TestTokenAuthProbe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	check := func(cp *ControlPlane) *bootstrap.PreflightFailure {
+	check := func(cp *controlplane.ControlPlane) *bootstrap.PreflightFailure {
 		t.Helper()
 		c, err := client.New(cp.Config, client.Options{})
 		if err != nil {
@@ -289,7 +299,7 @@ func TestTokenAuthProbe(t *testing.T) {
 	if f := check(controlPlane); f != nil {
 		t.Fatalf("probe on a cluster that authenticates bootstrap tokens: %+v", f)
 	}
-	off, err := Start(ctx, Options{DisableBootstrapTokenAuth: true})
+	off, err := controlplane.Start(ctx, controlplane.Options{DisableBootstrapTokenAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

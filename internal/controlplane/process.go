@@ -1,4 +1,4 @@
-package testenv
+package controlplane
 
 import (
 	"errors"
@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// process is one control-plane binary running as a child of this process. It runs in its own
-// process group and is killed by the kernel if this process dies, so nothing is orphaned.
-type process struct {
+// Process is one server binary (a control-plane component, a test database) running as a
+// child of this process, its output in a log file. It runs in its own process group and is
+// killed by the kernel if this process dies, so nothing is orphaned.
+type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logFile string
@@ -20,12 +21,9 @@ type process struct {
 	err     error
 }
 
-func startProcess(name, binary, logDir string, args ...string) (*process, error) {
-	return startProcessAs(name, binary, logDir, nil, args...)
-}
-
-// startProcessAs is startProcess with the process running as cred (nil: as this process).
-func startProcessAs(name, binary, logDir string, cred *syscall.Credential, args ...string) (*process, error) {
+// StartProcess starts binary with args as the user cred (nil: as this process), its output
+// appended to logDir/<name>.log.
+func StartProcess(name, binary, logDir string, cred *syscall.Credential, args ...string) (*Process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -38,7 +36,7 @@ func startProcessAs(name, binary, logDir string, cred *syscall.Credential, args 
 		log.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logFile: logPath, done: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, logFile: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		log.Close()
@@ -47,8 +45,8 @@ func startProcessAs(name, binary, logDir string, cred *syscall.Credential, args 
 	return p, nil
 }
 
-// exited reports whether the process has ended, and how.
-func (p *process) exited() (bool, error) {
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		return true, p.err
@@ -57,9 +55,9 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop interrupts the process group, waits up to grace, then kills it.
-func (p *process) stop(grace time.Duration) error {
-	if done, _ := p.exited(); done {
+// Stop interrupts the process group, waits up to grace, then kills it.
+func (p *Process) Stop(grace time.Duration) error {
+	if done, _ := p.Exited(); done {
 		return nil
 	}
 	pgid := -p.cmd.Process.Pid
@@ -78,8 +76,8 @@ func (p *process) stop(grace time.Duration) error {
 	}
 }
 
-// tail returns the last bytes of the process log, for error messages.
-func (p *process) tail(n int) string {
+// Tail returns the last n bytes of the process log, for error messages.
+func (p *Process) Tail(n int) string {
 	data, err := os.ReadFile(p.logFile)
 	if err != nil {
 		return ""

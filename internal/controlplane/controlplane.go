@@ -1,9 +1,11 @@
-// Package testenv starts a real Kubernetes control plane on loopback from the pinned binaries
-// that hack/tools.sh builds: etcd, kube-apiserver (client certificates, bootstrap tokens,
-// Node+RBAC authorization, NodeRestriction), kube-controller-manager (CSR approval and signing,
-// bootstrap signer, token cleaner) and kube-scheduler, with kubeadm's bootstrap RBAC and the
-// CRDs of Karpenter and the fulfiller. Test suites and `fulfiller dev` share it.
-package testenv
+// Package controlplane starts a real Kubernetes control plane on loopback from the pinned
+// binaries that hack/tools.sh builds: etcd, kube-apiserver (client certificates, bootstrap
+// tokens, Node+RBAC authorization, NodeRestriction), kube-controller-manager (CSR approval and
+// signing, bootstrap signer, token cleaner) and kube-scheduler, with kubeadm's bootstrap RBAC
+// and the CRDs of Karpenter and the fulfiller. The local environment (`fulfiller-dev dev`)
+// runs it; test suites reach it through internal/testenv, which adds the helpers that need
+// package testing. It does not import testing itself.
+package controlplane
 
 import (
 	"context"
@@ -54,7 +56,7 @@ type ControlPlane struct {
 	Kubeconfig string
 
 	pki      *pki
-	procs    []*process
+	procs    []*Process
 	ownsDir  bool
 	stopOnce bool
 }
@@ -207,7 +209,7 @@ func (cp *ControlPlane) Stop() error {
 	cp.stopOnce = true
 	var errs []error
 	for i := len(cp.procs) - 1; i >= 0; i-- {
-		if err := cp.procs[i].stop(15 * time.Second); err != nil {
+		if err := cp.procs[i].Stop(15 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -235,7 +237,7 @@ func (cp *ControlPlane) writeKubeconfig(name string, kp *keyPair) (string, error
 }
 
 func (cp *ControlPlane) start(name, binary, logs string, args ...string) error {
-	p, err := startProcess(name, binary, logs, args...)
+	p, err := StartProcess(name, binary, logs, nil, args...)
 	if err != nil {
 		return err
 	}
@@ -248,8 +250,8 @@ func (cp *ControlPlane) start(name, binary, logs string, args ...string) error {
 func (cp *ControlPlane) waitFor(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for _, p := range cp.procs {
-			if done, perr := p.exited(); done {
-				return false, fmt.Errorf("%s exited (%v) while waiting for %s; log tail:\n%s", p.name, perr, what, p.tail(2000))
+			if done, perr := p.Exited(); done {
+				return false, fmt.Errorf("%s exited (%v) while waiting for %s; log tail:\n%s", p.name, perr, what, p.Tail(2000))
 			}
 		}
 		return cond(ctx)

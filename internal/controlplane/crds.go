@@ -1,4 +1,4 @@
-package testenv
+package controlplane
 
 import (
 	"context"
@@ -11,7 +11,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
+
+	"github.com/fulfiller-sh/fulfiller/api/crds"
 )
+
+// DefaultCRDs are the CRDs every control plane of the project carries: Karpenter's, from the
+// pinned module, and the fulfiller's.
+func DefaultCRDs() []*apiextensionsv1.CustomResourceDefinition {
+	return append(append([]*apiextensionsv1.CustomResourceDefinition{}, karpenterapis.CRDs...), crds.CRDs...)
+}
 
 // installCRDs creates (or updates) each CRD and waits until the API server serves it.
 func installCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) error {

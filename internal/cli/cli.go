@@ -1,0 +1,79 @@
+// Package cli dispatches the subcommands of the project's two binaries: cmd/fulfiller, what
+// the image ships (controller, run, version), and cmd/fulfiller-dev, the development binary
+// (the same commands plus the local environment and the simulated machine). It holds no
+// command's logic, and imports nothing a controller binary must not link.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/fulfiller-sh/fulfiller/internal/operator"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// Command is one subcommand of a binary.
+type Command struct {
+	Name string
+	// Summary is its line in the binary's usage.
+	Summary string
+	// Run gets the arguments that follow the command's name and returns the exit code.
+	Run func(args []string) int
+}
+
+// Main runs the command that os.Args[1] names and exits with its code. The commands are
+// controller, run, then extra, then version; binary names the program in usage messages.
+func Main(binary, version string, extra ...Command) {
+	os.Exit(dispatch(binary, commands(version, extra), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// commands are the commands every binary has, with extra before version.
+func commands(version string, extra []Command) []Command {
+	cmds := []Command{
+		{Name: "controller", Summary: "run Karpenter core with the fulfiller provider and controllers", Run: controller},
+		{Name: "run", Summary: "run one tofu operation for one claim (the runner)", Run: tfrunner.Main},
+	}
+	cmds = append(cmds, extra...)
+	return append(cmds, Command{Name: "version", Summary: "print the version", Run: func([]string) int {
+		fmt.Println(version)
+		return 0
+	}})
+}
+
+// controller runs the operator, which parses the process's flags itself (Karpenter's options
+// read os.Args), so the command's arguments become os.Args.
+func controller(args []string) int {
+	os.Args = append([]string{os.Args[0]}, args...)
+	operator.Run()
+	return 0
+}
+
+func dispatch(binary string, cmds []Command, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage(binary, cmds))
+		return 2
+	}
+	for _, c := range cmds {
+		if c.Name == args[0] {
+			return c.Run(args[1:])
+		}
+	}
+	switch args[0] {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage(binary, cmds))
+		return 0
+	}
+	fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", binary, args[0], usage(binary, cmds))
+	return 2
+}
+
+func usage(binary string, cmds []Command) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: %s <command> [flags]\n\ncommands:\n", binary)
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "  %-12s %s\n", c.Name, c.Summary)
+	}
+	return b.String()
+}
