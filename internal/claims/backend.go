@@ -15,21 +15,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// Reasons on a TofuNodeClass (condition BackendReady, and Ready) and on a Fulfillment whose
-// run cannot be built, when the backend's Secrets are not usable.
-const (
-	// ReasonEncryptionKeyMissing: the Secret or key named by spec.backend.encryption.keySecretRef
-	// does not exist.
-	ReasonEncryptionKeyMissing = "EncryptionKeyMissing"
-	// ReasonInvalidEncryptionKey: the passphrase is too short (pbkdf2 needs 16 characters).
-	ReasonInvalidEncryptionKey = "InvalidEncryptionKey"
-	// ReasonBackendSecretMissing: the Secret or key named by spec.backend.pg.connSecretRef
-	// does not exist.
-	ReasonBackendSecretMissing = "BackendSecretMissing"
-	// ReasonInvalidBackend: the backend's settings do not fit together (type pg without pg).
-	ReasonInvalidBackend = "InvalidBackend"
-)
-
 // BackendError is a class's backend that cannot be used as configured; Reason is the
 // condition reason. Messages name Secrets and keys, never their values.
 type BackendError struct {
@@ -50,29 +35,29 @@ type backendValues struct {
 // readBackend reads the Secrets (in namespace) that spec refers to and checks their values.
 func readBackend(ctx context.Context, secrets client.Reader, namespace string, spec v1alpha1.Backend) (backendValues, error) {
 	v := backendValues{env: map[string]string{}}
-	switch spec.Type {
-	case "", v1alpha1.BackendKubernetes:
+	switch spec.TypeOrDefault() {
+	case v1alpha1.BackendKubernetes:
 	case v1alpha1.BackendPG:
 		if spec.PG == nil {
-			return v, &BackendError{ReasonInvalidBackend, "backend type pg needs spec.backend.pg"}
+			return v, &BackendError{v1alpha1.ReasonInvalidBackend, "backend type pg needs spec.backend.pg"}
 		}
-		conn, err := secretValue(ctx, secrets, namespace, spec.PG.ConnSecretRef, ReasonBackendSecretMissing, "pg connection string")
+		conn, err := secretValue(ctx, secrets, namespace, spec.PG.ConnSecretRef, v1alpha1.ReasonBackendSecretMissing, "pg connection string")
 		if err != nil {
 			return v, err
 		}
 		v.pgConnStr = conn
 		maps.Copy(v.env, statelock.PGConnEnv(conn))
 	default:
-		return v, &BackendError{ReasonInvalidBackend, fmt.Sprintf("unsupported backend type %q", spec.Type)}
+		return v, &BackendError{v1alpha1.ReasonInvalidBackend, fmt.Sprintf("unsupported backend type %q", spec.Type)}
 	}
 	if enc := spec.Encryption; enc != nil {
-		passphrase, err := secretValue(ctx, secrets, namespace, enc.KeySecretRef, ReasonEncryptionKeyMissing, "state encryption key")
+		passphrase, err := secretValue(ctx, secrets, namespace, enc.KeySecretRef, v1alpha1.ReasonEncryptionKeyMissing, "state encryption key")
 		if err != nil {
 			return v, err
 		}
-		env, err := statelock.EncryptionEnv(passphrase, string(enc.Method))
+		env, err := statelock.EncryptionEnv(passphrase, string(enc.MethodOrDefault()))
 		if err != nil {
-			return v, &BackendError{ReasonInvalidEncryptionKey, fmt.Sprintf("state encryption key %s/%s key %s: %v", namespace, enc.KeySecretRef.Name, enc.KeySecretRef.Key, err)}
+			return v, &BackendError{v1alpha1.ReasonInvalidEncryptionKey, fmt.Sprintf("state encryption key %s/%s key %s: %v", namespace, enc.KeySecretRef.Name, enc.KeySecretRef.Key, err)}
 		}
 		maps.Copy(v.env, env)
 	}
@@ -114,8 +99,8 @@ func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (
 		return tfrunner.Backend{}, "", nil, err
 	}
 	key := statelock.Key(s.f.Spec.StateKey)
-	if spec.Type == v1alpha1.BackendPG {
-		return tfrunner.Backend{Type: string(v1alpha1.BackendPG), Config: statelock.PGBackend(pgSchema(spec))}, string(key), values.env, nil
+	if spec.TypeOrDefault() == v1alpha1.BackendPG {
+		return tfrunner.Backend{Type: string(v1alpha1.BackendPG), Config: statelock.PGBackend(spec.PGSchema())}, string(key), values.env, nil
 	}
 	return tfrunner.Backend{
 		Type:   string(v1alpha1.BackendKubernetes),
@@ -126,21 +111,14 @@ func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (
 // stateStore is where the claim's state is, for lock holders, existence and removal.
 func (c *FulfillmentController) stateStore(ctx context.Context, s *claimState) (statelock.Store, error) {
 	spec := backendSpec(s)
-	if spec.Type != v1alpha1.BackendPG {
+	if spec.TypeOrDefault() != v1alpha1.BackendPG {
 		return statelock.KubernetesStore{Reader: c.secrets, Writer: c.kube, Namespace: c.stateNamespace(s)}, nil
 	}
 	values, err := readBackend(ctx, c.secrets, c.opts.Namespace, spec)
 	if err != nil {
 		return nil, err
 	}
-	return statelock.PGStore{ConnStr: values.pgConnStr, Schema: pgSchema(spec)}, nil
-}
-
-func pgSchema(spec v1alpha1.Backend) string {
-	if spec.PG != nil && spec.PG.SchemaName != "" {
-		return spec.PG.SchemaName
-	}
-	return v1alpha1.DefaultPGSchema
+	return statelock.PGStore{ConnStr: values.pgConnStr, Schema: spec.PGSchema()}, nil
 }
 
 // asBackendError returns the BackendError in err's chain.

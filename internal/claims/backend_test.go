@@ -36,7 +36,7 @@ func TestRunRequestBackend(t *testing.T) {
 	c := NewFulfillmentController(secrets, secrets, clk, nil, nil, NewUnavailableOfferings(clk, time.Minute),
 		Options{Namespace: "fulfiller", TofuPath: "/bin/tofu", RunEnv: map[string]string{"KUBE_CONFIG_PATH": "/k"}})
 	encryption := &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "passphrase"}}
-	wantEnc, err := statelock.EncryptionEnv(statePassphrase, "")
+	wantEnc, err := statelock.EncryptionEnv(statePassphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +70,10 @@ func TestRunRequestBackend(t *testing.T) {
 			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}}},
 			config:  map[string]string{"schema_name": "fulfiller"},
 			env:     map[string]string{"KUBE_CONFIG_PATH": "/k", "PG_CONN_STR": conn, "HCLOUD_TOKEN": statePassphrase}},
-		{name: "credentials missing", reason: ReasonCredentialsMissing, credentials: []v1alpha1.CredentialsSource{{SecretName: "gone"}}},
-		{name: "encryption key missing", reason: ReasonEncryptionKeyMissing,
+		{name: "credentials missing", reason: v1alpha1.ReasonCredentialsMissing, credentials: []v1alpha1.CredentialsSource{{SecretName: "gone"}}},
+		{name: "encryption key missing", reason: v1alpha1.ReasonEncryptionKeyMissing,
 			backend: v1alpha1.Backend{Encryption: &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "gone", Key: "passphrase"}}}},
-		{name: "pg secret missing", reason: ReasonBackendSecretMissing,
+		{name: "pg secret missing", reason: v1alpha1.ReasonBackendSecretMissing,
 			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "nope"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,12 +15,12 @@ import (
 // the recorder also de-duplicates.
 
 func applyStartedEvent(obj runtime.Object, run string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "ApplyStarted",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonApplyStarted,
 		Message: "tofu apply started: " + run, DedupeValues: []string{run}}
 }
 
 func appliedEvent(obj runtime.Object, providerID string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "Applied",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonApplied,
 		Message: "machine created: " + providerID, DedupeValues: []string{providerID}}
 }
 
@@ -30,12 +30,12 @@ func runFailedEvent(obj runtime.Object, run, class, message string) events.Event
 }
 
 func joinedEvent(obj runtime.Object, node string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "Joined",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonJoined,
 		Message: "node " + node + " registered; bootstrap token revoked", DedupeValues: []string{node}}
 }
 
 func joinTimeoutEvent(obj runtime.Object, message string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: ReasonJoinTimeout,
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonJoinTimeout,
 		Message: message}
 }
 
@@ -71,12 +71,12 @@ func objectKey(obj runtime.Object) string {
 }
 
 func applyOverdueEvent(obj runtime.Object, message string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: ReasonApplyOverdue,
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonApplyOverdue,
 		Message: message, DedupeValues: []string{objectKey(obj)}}
 }
 
 func destroyedEvent(obj runtime.Object) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "Destroyed",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonDestroyed,
 		Message: "machine destroyed and state removed"}
 }
 
@@ -89,6 +89,6 @@ func nodeClassEvent(obj runtime.Object, ready bool, reason, message string) even
 }
 
 func staleLockRecoveredEvent(obj runtime.Object, lockID, detail string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: "StaleLockRecovered",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonStaleLockRecovered,
 		Message: "released state lock " + lockID + ": " + detail, DedupeValues: []string{lockID}}
 }

@@ -14,9 +14,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// ReasonStateLocked is the reason of a run that waits for its claim's state lock.
-const ReasonStateLocked = "StateLocked"
-
 // lockVerdict is what a run about to start does about its claim's state lock.
 type lockVerdict int
 
@@ -58,7 +55,7 @@ func lockBlocked(holder *statelock.Holder, a tfrunner.Attribution, v lockVerdict
 // holds it since when, and the run waits. Only the kubernetes backend's locks outlive their
 // holder; other backends' are released when the session that took them ends.
 func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimState) (string, error) {
-	if s.nc != nil && s.nc.Spec.Backend.Type != "" && s.nc.Spec.Backend.Type != v1alpha1.BackendKubernetes {
+	if backendSpec(s).TypeOrDefault() != v1alpha1.BackendKubernetes {
 		return "", nil
 	}
 	ns, key := c.stateNamespace(s), statelock.Key(s.f.Spec.StateKey)

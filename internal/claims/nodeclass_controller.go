@@ -29,16 +29,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// Reasons on a TofuNodeClass.
-const (
-	ReasonInvalidSpec    = "InvalidSpec"
-	ReasonModuleNotFound = "ModuleNotFound"
-	ReasonInvalidModule  = "InvalidModule"
-	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
-	// Karpenter's 15 minutes.
-	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"
-)
-
 // NodeClassController keeps a TofuNodeClass's Ready condition true only while the class can
 // launch nodes: a valid spec and a module that keeps the module contract, checked statically
 // so that a broken module is a condition here, not a failed node at 3 a.m.
@@ -101,8 +91,8 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	conds := updated.StatusConditions(status.WithClock(c.clock))
 	var notReady []string // reason, message of the first failed check
 	if err := validateSpec(&nc.Spec); err != nil {
-		conds.SetFalse(v1alpha1.ConditionSpecValid, ReasonInvalidSpec, err.Error())
-		notReady = []string{ReasonInvalidSpec, err.Error()}
+		conds.SetFalse(v1alpha1.ConditionSpecValid, v1alpha1.ReasonInvalidSpec, err.Error())
+		notReady = []string{v1alpha1.ReasonInvalidSpec, err.Error()}
 	} else {
 		conds.SetTrue(v1alpha1.ConditionSpecValid)
 	}
@@ -151,12 +141,12 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	if misfits, launchable := registrationWindowCheck(&nc.Spec); len(misfits) > 0 {
 		msg := fmt.Sprintf("node types %s cannot register within Karpenter's %s registration window; they are not launchable",
 			strings.Join(misfits, ", "), shortDuration(registrationWindow))
-		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, ReasonExceedsRegistrationWindow, msg)
+		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonExceedsRegistrationWindow, msg)
 		if launchable == 0 && notReady == nil {
-			notReady = []string{ReasonExceedsRegistrationWindow, msg}
+			notReady = []string{v1alpha1.ReasonExceedsRegistrationWindow, msg}
 		}
 	} else {
-		conds.SetTrueWithReason(v1alpha1.ConditionRegistrationWindow, "Fits", "every node type's apply deadline and join timeout fit the registration window")
+		conds.SetTrueWithReason(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonFits, "every node type's apply deadline and join timeout fit the registration window")
 	}
 	recheck := readyRecheck
 	if notReady != nil {
@@ -256,17 +246,17 @@ func registrationWindowCheck(spec *v1alpha1.TofuNodeClassSpec) (misfits []string
 // checkModule reads the module's HCL and checks the module contract.
 func checkModule(source string) (string, error) {
 	if !filepath.IsAbs(source) {
-		return ReasonModuleNotFound, fmt.Errorf("module source %q must be an absolute path", source)
+		return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %q must be an absolute path", source)
 	}
 	if info, err := os.Stat(source); err != nil || !info.IsDir() {
-		return ReasonModuleNotFound, fmt.Errorf("module source %s is not a folder", source)
+		return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %s is not a folder", source)
 	}
 	mod, err := tfrunner.InspectModule(source)
 	if err != nil {
-		return ReasonInvalidModule, err
+		return v1alpha1.ReasonInvalidModule, err
 	}
 	if err := mod.CheckContract(); err != nil {
-		return ReasonInvalidModule, err
+		return v1alpha1.ReasonInvalidModule, err
 	}
 	return "", nil
 }

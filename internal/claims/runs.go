@@ -124,7 +124,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	maps.Copy(env, backendEnv)
 	var deadline time.Duration
 	if op == tfrunner.Apply && s.nt != nil {
-		deadline = orDefault(s.nt.Deadlines.Apply, DefaultApplyDeadline)
+		deadline = s.nt.ApplyDeadline()
 	}
 	return tfrunner.Request{
 		Deadline:  deadline,

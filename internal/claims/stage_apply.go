@@ -46,7 +46,7 @@ func (a *applyStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 	if st.Phase == tfrunner.RunPending || st.Phase == tfrunner.RunRunning {
 		if st.Progress != "" && st.Progress != run.Message {
 			run.Message = st.Progress
-			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, "Applying", run.Name+": "+st.Progress)
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonApplying, run.Name+": "+st.Progress)
 		}
 		a.reportOverdue(s, run)
 		return reconcile.Result{RequeueAfter: pollInterval}, nil
@@ -69,7 +69,7 @@ func (a *applyStage) start(ctx context.Context, s *claimState, last *v1alpha1.Ru
 func (a *applyStage) startRun(ctx context.Context, s *claimState, attempt int, record bool) (reconcile.Result, error) {
 	if blocked, err := a.c.acquireLockFor(ctx, s); err != nil || blocked != "" {
 		if blocked != "" {
-			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, ReasonStateLocked, blocked)
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonStateLocked, blocked)
 		}
 		return reconcile.Result{RequeueAfter: lockRecheck}, err
 	}
@@ -84,7 +84,7 @@ func (a *applyStage) startRun(ctx context.Context, s *claimState, attempt int, r
 	}
 	if err := a.c.executor.Start(ctx, req); err != nil {
 		if errors.Is(err, tfrunner.ErrBusy) {
-			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, "WaitingForRunner", "as many tofu runs as allowed are in progress")
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonWaitingForRunner, "as many tofu runs as allowed are in progress")
 			return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("starting run %s: %w", req.Name, err)
@@ -98,21 +98,21 @@ func (a *applyStage) startRun(ctx context.Context, s *claimState, attempt int, r
 		now := metav1.NewTime(a.c.clock.Now())
 		s.f.Status.Stages.ApplyStarted = &now
 	}
-	s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, "Applying", "tofu apply "+req.Name+" is running")
+	s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonApplying, "tofu apply "+req.Name+" is running")
 	return reconcile.Result{RequeueAfter: pollInterval}, nil
 }
 
 func (a *applyStage) succeeded(s *claimState, res *tfrunner.Result) (reconcile.Result, error) {
 	providerID := res.ProviderID
 	if s.f.Spec.ProviderID != "" && providerID != s.f.Spec.ProviderID {
-		s.conds.SetFalse(v1alpha1.ConditionApplied, "ProviderIDMismatch",
+		s.conds.SetFalse(v1alpha1.ConditionApplied, v1alpha1.ReasonProviderIDMismatch,
 			fmt.Sprintf("module reported provider_id %q, the node type's template gives %q", providerID, s.f.Spec.ProviderID))
 		return reconcile.Result{}, nil
 	}
 	s.f.Status.ProviderID, s.f.Status.Addresses = providerID, res.Addresses
 	now := metav1.NewTime(a.c.clock.Now())
 	s.f.Status.Stages.Applied = &now
-	s.conds.SetTrueWithReason(v1alpha1.ConditionApplied, "Applied", "machine "+providerID+" created")
+	s.conds.SetTrueWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonApplied, "machine "+providerID+" created")
 	s.events = append(s.events, appliedEvent(s.f, providerID))
 	return reconcile.Result{Requeue: true}, nil
 }
@@ -142,24 +142,20 @@ func (a *applyStage) failed(ctx context.Context, s *claimState, run *v1alpha1.Ru
 	}
 }
 
-// ReasonApplyOverdue: the apply runs longer than its node type's apply deadline; its runner
-// is interrupting it (the request carries the deadline), and the run ends with class Timeout.
-const ReasonApplyOverdue = "ApplyOverdue"
-
 // reportOverdue says so on the Applied condition, with one event, once an apply runs past its
 // node type's deadline.
 func (a *applyStage) reportOverdue(s *claimState, run *v1alpha1.Run) {
 	if s.nt == nil || s.f.Status.Stages.ApplyStarted == nil {
 		return
 	}
-	deadline := orDefault(s.nt.Deadlines.Apply, DefaultApplyDeadline)
+	deadline := s.nt.ApplyDeadline()
 	running := a.c.clock.Since(s.f.Status.Stages.ApplyStarted.Time)
 	if running < deadline {
 		return
 	}
 	msg := fmt.Sprintf("%s: still running after the node type's apply deadline of %s", run.Name, shortDuration(deadline))
-	if c := s.conds.Get(v1alpha1.ConditionApplied); c == nil || c.Reason != ReasonApplyOverdue {
+	if c := s.conds.Get(v1alpha1.ConditionApplied); c == nil || c.Reason != v1alpha1.ReasonApplyOverdue {
 		s.events = append(s.events, applyOverdueEvent(s.f, msg))
 	}
-	s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, ReasonApplyOverdue, msg)
+	s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonApplyOverdue, msg)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,8 +22,6 @@ const (
 	UserDataKey = "user-data"
 	// annotationTokenID records which token a user data Secret carries.
 	annotationTokenID = v1alpha1.Group + "/token-id"
-	// DefaultTokenTTL applies when a NodeClass sets none.
-	DefaultTokenTTL = 30 * time.Minute
 )
 
 // bootstrapStage mints the claim's bootstrap token and renders its user data, once: the same
@@ -37,7 +34,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		return reconcile.Result{}, nil
 	}
 	if s.nc == nil || s.nt == nil {
-		s.conds.SetFalse(v1alpha1.ConditionApplied, "NodeClassNotFound", fmt.Sprintf("nodeclass %s or its node type %s is gone", s.f.Spec.NodeClass, s.f.Spec.NodeType))
+		s.conds.SetFalse(v1alpha1.ConditionApplied, v1alpha1.ReasonNodeClassNotFound, fmt.Sprintf("nodeclass %s or its node type %s is gone", s.f.Spec.NodeClass, s.f.Spec.NodeType))
 		return reconcile.Result{}, nil
 	}
 	name := userDataSecretName(s.f)
@@ -90,7 +87,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	ttl := tokenTTL(s.nc)
+	ttl := s.nc.TokenTTL()
 	labels := map[string]string{LabelNodeClaim: s.f.Name}
 	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
 		Expires:     b.c.clock.Now().Add(ttl),
@@ -115,20 +112,14 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	return reconcile.Result{}, nil
 }
 
-// Reasons of a claim whose user data cannot be rendered.
-const (
-	ReasonUserDataTooLarge   = "UserDataTooLarge"
-	ReasonInvalidCloudConfig = "InvalidExtraCloudConfig"
-)
-
 // renderFailure maps an error of RenderUserData to the reason of a claim that cannot get a
 // machine; "" for other errors.
 func renderFailure(err error) string {
 	switch {
 	case errors.Is(err, bootstrap.ErrUserDataTooLarge):
-		return ReasonUserDataTooLarge
+		return v1alpha1.ReasonUserDataTooLarge
 	case errors.Is(err, bootstrap.ErrInvalidCloudConfig):
-		return ReasonInvalidCloudConfig
+		return v1alpha1.ReasonInvalidExtraCloudConfig
 	}
 	return ""
 }

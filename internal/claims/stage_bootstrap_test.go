@@ -87,7 +87,7 @@ func TestBootstrapRendersGatesAndLimits(t *testing.T) {
 			}
 			if tc.tooLarge {
 				applied := s.conds.Get(v1alpha1.ConditionApplied)
-				if !applied.IsFalse() || applied.Reason != ReasonUserDataTooLarge || !strings.Contains(applied.Message, "over the node type's limit of 200 bytes") {
+				if !applied.IsFalse() || applied.Reason != v1alpha1.ReasonUserDataTooLarge || !strings.Contains(applied.Message, "over the node type's limit of 200 bytes") {
 					t.Errorf("Applied = %+v", applied)
 				}
 				if len(secrets.Items) != 0 || s.f.Status.UserDataSecret != "" {

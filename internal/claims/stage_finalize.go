@@ -105,7 +105,7 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (reconcile.Result, error) {
 	if blocked, err := d.c.acquireLockFor(ctx, s); err != nil || blocked != "" {
 		if blocked != "" {
-			s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, ReasonStateLocked, blocked)
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, v1alpha1.ReasonStateLocked, blocked)
 		}
 		return reconcile.Result{RequeueAfter: lockRecheck}, err
 	}
@@ -126,7 +126,7 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 		d.c.addRun(s.f, tfrunner.Destroy, attempt)
 		log.FromContext(ctx).Info("started tofu destroy", "run", req.Name)
 	}
-	s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, "Destroying", "tofu destroy "+req.Name+" is running")
+	s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, v1alpha1.ReasonDestroying, "tofu destroy "+req.Name+" is running")
 	return reconcile.Result{RequeueAfter: pollInterval}, nil
 }
 
@@ -155,7 +155,7 @@ func (d *finalizeStage) destroyed(ctx context.Context, s *claimState) (reconcile
 	}
 	now := metav1.NewTime(d.c.clock.Now())
 	s.f.Status.Stages.Destroyed = &now
-	s.conds.SetTrueWithReason(v1alpha1.ConditionDestroyed, "Destroyed", "machine destroyed and state removed")
+	s.conds.SetTrueWithReason(v1alpha1.ConditionDestroyed, v1alpha1.ReasonDestroyed, "machine destroyed and state removed")
 	s.events = append(s.events, destroyedEvent(s.f))
 	s.removeFinalizer = true
 	return reconcile.Result{}, nil

@@ -28,7 +28,7 @@ func TestPGBackend(t *testing.T) {
 	conn := testenv.PostgresT(t, "states")
 	store := statelock.PGStore{ConnStr: conn, Schema: "fulfiller"}
 	env := statelock.PGConnEnv(conn)
-	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "")
+	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}
