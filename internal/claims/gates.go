@@ -30,7 +30,7 @@ type gate struct {
 	// waitReason is the condition's reason while the gate waits within its deadline;
 	// failReason once the deadline passed.
 	waitReason, failReason string
-	custom     *v1alpha1.CustomGate
+	custom                 *v1alpha1.CustomGate
 }
 
 // gatesFor lists the readiness gates of a node type, in the order their conditions roll up.
