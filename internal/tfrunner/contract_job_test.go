@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -149,6 +150,17 @@ func TestJobExecutorContract(t *testing.T) {
 				return out
 			},
 			cancelledGone: true,
+			requestExists: func(t *testing.T, _ Executor, run string) bool {
+				_, err := c.client.CoreV1().Secrets(c.namespace).Get(context.Background(), run, metav1.GetOptions{})
+				return err == nil
+			},
+			runnerPod: func(t *testing.T, run string) string {
+				pods, err := c.client.CoreV1().Pods(c.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: jobNameLabel + "=" + run})
+				if err != nil || len(pods.Items) != 1 {
+					t.Fatalf("pods of run %s: %v (%d)", run, err, len(pods.Items))
+				}
+				return pods.Items[0].Name
+			},
 		})
 	})
 	t.Run("JobObjects", func(t *testing.T) { testJobObjects(t, c) })
@@ -215,18 +227,12 @@ func testJobObjects(t *testing.T, c *jobCluster) {
 		assertNoSecret(t, what, string(data))
 	}
 	// A restarted controller (a new executor) sees the run as it was.
-	if st, err := c.executor().Status(ctx, name); err != nil || st.Phase != RunSucceeded || st.Result.ProviderID == "" {
+	if st, err := c.executor().Status(ctx, name, ""); err != nil || st.Phase != RunSucceeded || st.Result.ProviderID == "" {
 		t.Errorf("status from a new executor: %+v, %v", st, err)
 	}
-	secret, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if owners := secret.OwnerReferences; len(owners) != 1 || owners[0].UID != job.UID {
-		t.Errorf("secret owners: %+v", owners)
-	}
-	if !strings.Contains(string(secret.Data[RequestFileName]), "abcdef.0123456789abcdef-SECRET") {
-		t.Errorf("the request Secret does not hold the user data")
+	// The request Secret went when the run finished; the Job and its log stay.
+	if _, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the request Secret of finished run %s: %v", name, err)
 	}
 	out, err := c.kubectlLogs(t, name)
 	if err != nil {
@@ -264,8 +270,29 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 		return err == nil && n == 0
 	})
 	req := nodeRequest(t, "deadline-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"sleep_seconds": "60"})
+	req.Labels = map[string]string{LabelNodeClaim: "deadline", LabelNodeClaimUID: "uid-deadline"}
 	if err := e.Start(ctx, req); err != nil {
 		t.Fatal(err)
+	}
+	// While the run goes on, its request is in a Secret owned by the Job, labelled like it.
+	job, err := c.client.BatchV1().Jobs(c.namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owners := secret.OwnerReferences; len(owners) != 1 || owners[0].UID != job.UID {
+		t.Errorf("secret owners: %+v", owners)
+	}
+	if !strings.Contains(string(secret.Data[RequestFileName]), "abcdef.0123456789abcdef-SECRET") {
+		t.Errorf("the request Secret does not hold the user data")
+	}
+	for _, labels := range []map[string]string{job.Labels, job.Spec.Template.Labels, secret.Labels} {
+		if labels[LabelNodeClaimUID] != "uid-deadline" || labels[LabelNodeClaim] != "deadline" {
+			t.Errorf("labels %v", labels)
+		}
 	}
 	other := nodeRequest(t, "deadline-apply-2", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
 	if err := e.Start(ctx, other); !errors.Is(err, ErrBusy) {

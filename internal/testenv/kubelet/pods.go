@@ -393,10 +393,10 @@ func (k *Kubelet) prepare(ctx context.Context, pod *corev1.Pod, dir string) (cmd
 	if bin, ok := k.cfg.Binaries[argv[0]]; ok {
 		argv[0] = bin
 	}
-	// The container gets its own UTS namespace with the pod's name as hostname, as a container
-	// runtime gives it (tofu records user@hostname as its state lock's holder). The shell
-	// sets it and then becomes the command.
-	argv = append([]string{"/bin/sh", "-c", `echo "$0" > /proc/sys/kernel/hostname && exec "$@"`, pod.Name}, argv...)
+	// The container gets its own UTS namespace with the pod's hostname, as a container runtime
+	// gives it (tofu records user@hostname as its state lock's holder). The shell sets it and
+	// then becomes the command.
+	argv = append([]string{"/bin/sh", "-c", `echo "$0" > /proc/sys/kernel/hostname && exec "$@"`, podHostname(pod)}, argv...)
 	cmd = exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Dir = dir
@@ -499,6 +499,19 @@ func (k *Kubelet) fillProjection(ctx context.Context, pod *corev1.Pod, src corev
 	return nil
 }
 
+// podHostname is a pod's hostname as a kubelet sets it: spec.hostname, or the pod's name, at
+// most 63 characters without a trailing dash or dot.
+func podHostname(pod *corev1.Pod) string {
+	host := pod.Name
+	if pod.Spec.Hostname != "" {
+		host = pod.Spec.Hostname
+	}
+	if len(host) > 63 {
+		host = strings.TrimRight(host[:63], "-.")
+	}
+	return host
+}
+
 func nonEmpty(s string) []string {
 	if s == "" {
 		return nil
@@ -544,7 +557,7 @@ func stringsToBytes(m map[string]string) map[string][]byte {
 // then the container's envFrom and env (values, Secret and ConfigMap keys, pod fields).
 func (k *Kubelet) environment(ctx context.Context, pod *corev1.Pod, c corev1.Container) ([]string, error) {
 	core := k.cfg.Client.CoreV1()
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOSTNAME=" + pod.Name}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOSTNAME=" + podHostname(pod)}
 	if host, port, err := net.SplitHostPort(k.cfg.APIServer); err == nil {
 		env = append(env, "KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
 	}
