@@ -110,10 +110,14 @@ type PGStore struct {
 
 var _ Store = PGStore{}
 
+// open opens the database. A connection string lib/pq would misread is refused first: its
+// parse errors quote the URL, password and all.
 func (s PGStore) open() (*sql.DB, error) {
+	if err := ValidatePGConnString(s.ConnStr); err != nil {
+		return nil, fmt.Errorf("opening state database: %w", err)
+	}
 	db, err := sql.Open("postgres", s.ConnStr)
 	if err != nil {
-		// lib/pq's parse errors do not repeat the connection string.
 		return nil, fmt.Errorf("opening state database: %w", err)
 	}
 	return db, nil
