@@ -84,12 +84,14 @@ func startRunnerNode(ctx context.Context, l Layout, cp *testenv.ControlPlane, cs
 		return nil, err
 	}
 	return kubelet.Start(ctx, kubelet.Config{
-		Client:         cs,
-		NodeName:       RunnerNodeName,
-		Labels:         map[string]string{runnerNodeLabel: "true"},
-		Taints:         []corev1.Taint{{Key: runnerNodeLabel, Effect: corev1.TaintEffectNoSchedule}},
-		Dir:            l.Kubelet(),
-		Binaries:       map[string]string{"fulfiller": self},
+		Client:   cs,
+		NodeName: RunnerNodeName,
+		Labels:   map[string]string{runnerNodeLabel: "true"},
+		Taints:   []corev1.Taint{{Key: runnerNodeLabel, Effect: corev1.TaintEffectNoSchedule}},
+		Dir:      l.Kubelet(),
+		Binaries: map[string]string{"fulfiller": self},
+		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		ImageUser: 65532, ImageGroup: 65532,
 		APIServer:      strings.TrimPrefix(cp.Server, "https://"),
 		ServingCertPEM: cert, ServingKeyPEM: key,
 		ClientCAPEM: cp.CAPEM,

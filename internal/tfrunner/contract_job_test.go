@@ -57,7 +57,9 @@ func startJobCluster(t *testing.T) *jobCluster {
 		t.Fatal(err)
 	}
 	c := &jobCluster{cp: cp, client: client, namespace: "runs", logPath: filepath.Join(t.TempDir(), "kubelet.log")}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil {
+	// The API server's Pod Security admission holds runner pods to the restricted level.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.CoreV1().ServiceAccounts(c.namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "fulfiller-runner"}}, metav1.CreateOptions{}); err != nil {
@@ -77,12 +79,14 @@ func startJobCluster(t *testing.T) *jobCluster {
 	}
 	var logMu sync.Mutex
 	k, err := kubelet.Start(ctx, kubelet.Config{
-		Client:         client,
-		NodeName:       "runner-node",
-		Labels:         map[string]string{runnerNodeLabel: "true"},
-		Dir:            t.TempDir(),
-		Binaries:       map[string]string{"fulfiller": exe},
-		Env:            []string{mainEnv + "=1"},
+		Client:   client,
+		NodeName: "runner-node",
+		Labels:   map[string]string{runnerNodeLabel: "true"},
+		Dir:      t.TempDir(),
+		Binaries: map[string]string{"fulfiller": exe},
+		Env:      []string{mainEnv + "=1"},
+		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		ImageUser: 65532, ImageGroup: 65532,
 		ServingCertPEM: certPEM, ServingKeyPEM: keyPEM,
 		ClientCAPEM: cp.CAPEM,
 		Logf: func(format string, args ...any) {
@@ -229,6 +233,14 @@ func testJobObjects(t *testing.T, c *jobCluster) {
 	// A restarted controller (a new executor) sees the run as it was.
 	if st, err := c.executor().Status(ctx, name, ""); err != nil || st.Phase != RunSucceeded || st.Result.ProviderID == "" {
 		t.Errorf("status from a new executor: %+v, %v", st, err)
+	}
+	// Runner pods pass the restricted Pod Security level, which the namespace enforces: a pod
+	// that does not is refused.
+	root := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "runs-as-root"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "fulfiller:test", Command: []string{"fulfiller"}}},
+	}}
+	if _, err := c.client.CoreV1().Pods(c.namespace).Create(ctx, root, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
+		t.Errorf("a pod without the restricted level's settings: %v, want it refused", err)
 	}
 	// The request Secret went when the run finished; the Job and its log stay.
 	if _, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -53,9 +53,11 @@ const (
 
 	jobRequestDir   = "/run/request" // the request Secret, read-only
 	jobWorkDir      = "/work"        // an emptyDir: the run's Request.WorkDir
+	jobTmpDir       = "/tmp"         // an emptyDir: the root filesystem is read-only
 	runnerContainer = "runner"
 	requestVolume   = "request"
 	workVolume      = "work"
+	tmpVolume       = "tmp"
 	// jobNameLabel is set by the Job controller on a Job's pods.
 	jobNameLabel = "batch.kubernetes.io/job-name"
 	// controllerUIDLabel tells pods of a deleted Job from those of a new one of the same name.
@@ -66,6 +68,8 @@ const (
 const (
 	DefaultJobDeadline      = 30 * time.Minute
 	DefaultTTLAfterFinished = time.Hour
+	// DefaultRunnerUser is the image's non-root user and group (the Dockerfile's USER).
+	DefaultRunnerUser = 65532
 )
 
 // JobExecutor runs each run as a Kubernetes Job in Namespace, named after the run, running
@@ -111,6 +115,10 @@ type JobExecutor struct {
 	// NodeSelector and Tolerations place runner pods.
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
+	// User is the runner's user, group and fsGroup (default DefaultRunnerUser): the pod runs
+	// as it under the restricted Pod Security level, and the request Secret is given to the
+	// group.
+	User int64
 
 	mu sync.Mutex // serialises Start's count and create
 }
@@ -243,6 +251,10 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 			LocalObjectReference: corev1.LocalObjectReference{Name: name},
 		}})
 	}
+	user := e.User
+	if user <= 0 {
+		user = DefaultRunnerUser
+	}
 	resources := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
@@ -270,6 +282,17 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 					NodeSelector:                  e.NodeSelector,
 					Tolerations:                   e.Tolerations,
 					Affinity:                      runnerAffinity,
+					// The restricted Pod Security level: a non-root user, the runtime's
+					// seccomp profile, no capabilities, no privilege escalation; and a
+					// read-only root filesystem. fsGroup gives the request Secret's file to
+					// the runner's group (a kubelet makes it root-owned, mode 0440).
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To(user),
+						RunAsGroup:     ptr.To(user),
+						FSGroup:        ptr.To(user),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
 					Containers: []corev1.Container{{
 						Name:            runnerContainer,
 						Image:           e.Image,
@@ -280,7 +303,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 							"--work-dir", jobWorkDir,
 							"--termination-log", TerminationLogPath,
 						},
-						Env:                      append([]corev1.EnvVar{{Name: ServiceAccountDirEnv, Value: ServiceAccountDir}}, e.Env...),
+						Env:                      append([]corev1.EnvVar{{Name: ServiceAccountDirEnv, Value: ServiceAccountDir}, {Name: "TMPDIR", Value: jobTmpDir}}, e.Env...),
 						EnvFrom:                  envFrom,
 						Resources:                resources,
 						TerminationMessagePath:   TerminationLogPath,
@@ -288,9 +311,11 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: requestVolume, MountPath: jobRequestDir, ReadOnly: true},
 							{Name: workVolume, MountPath: jobWorkDir},
+							{Name: tmpVolume, MountPath: jobTmpDir},
 						},
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 						},
 					}},
@@ -299,6 +324,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 							SecretName: req.Name, DefaultMode: ptr.To[int32](0o440),
 						}}},
 						{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 					},
 				},
 			},

@@ -325,10 +325,12 @@ func startRunnerKubelet(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 	}
 	logs := &testenv.SyncBuffer{}
 	k, err := kubelet.Start(ctx, kubelet.Config{
-		Client:         cs,
-		NodeName:       "runner-node",
-		Dir:            filepath.Join(dir, "kubelet"),
-		Binaries:       map[string]string{"fulfiller": bin},
+		Client:   cs,
+		NodeName: "runner-node",
+		Dir:      filepath.Join(dir, "kubelet"),
+		Binaries: map[string]string{"fulfiller": bin},
+		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		ImageUser: 65532, ImageGroup: 65532,
 		APIServer:      strings.TrimPrefix(cp.Server, "https://"),
 		ServingCertPEM: cert, ServingKeyPEM: key,
 		ClientCAPEM: cp.CAPEM,
