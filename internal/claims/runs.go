@@ -168,10 +168,14 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	}, nil
 }
 
-// stateNamespace is where the claim's state lives.
+// stateNamespace is where the claim's state lives: the class's backend namespace, or the
+// controller's state namespace.
 func (c *FulfillmentController) stateNamespace(s *claimState) string {
 	if s.nc != nil && s.nc.Spec.Backend.Namespace != "" {
 		return s.nc.Spec.Backend.Namespace
+	}
+	if c.opts.StateNamespace != "" {
+		return c.opts.StateNamespace
 	}
 	return c.opts.Namespace
 }
