@@ -112,3 +112,64 @@ func TestRunNameTakenByAnEarlierClaim(t *testing.T) {
 		t.Errorf("recorded destroy %+v", destroy)
 	}
 }
+
+// stoppingApply is an executor whose apply takes a while to stop once cancelled.
+type stoppingApply struct {
+	cancels  int
+	stopping bool // the runner has not ended yet
+	started  []string
+}
+
+func (e *stoppingApply) Start(_ context.Context, req tfrunner.Request) error {
+	e.started = append(e.started, req.Name)
+	return nil
+}
+
+func (e *stoppingApply) Status(_ context.Context, name, _ string) (tfrunner.RunStatus, error) {
+	if e.stopping {
+		return tfrunner.RunStatus{Name: name, Phase: tfrunner.RunStopping}, nil
+	}
+	return tfrunner.RunStatus{Name: name, Phase: tfrunner.RunFailed,
+		Result: &tfrunner.Result{Operation: tfrunner.Apply, Error: &tfrunner.RunError{Class: tfrunner.Cancelled, Message: "run cancelled"}}}, nil
+}
+
+func (e *stoppingApply) Cancel(context.Context, string, string) error {
+	e.cancels++
+	return nil
+}
+
+// TestFinalizeWaitsForTheApplyToStop: deleting a claim whose apply runs cancels the apply and
+// requeues the claim while the runner stops (no worker waits for it); the destroy starts only
+// once the apply has ended.
+func TestFinalizeWaitsForTheApplyToStop(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
+	clk := clocktesting.NewFakeClock(time.Now())
+	exec := &stoppingApply{stopping: true}
+	c := NewFulfillmentController(kube, kube, clk, nil, exec, NewUnavailableOfferings(clk, time.Minute), Options{Namespace: "fulfiller", TofuPath: "/bin/tofu"})
+	nc := testClass()
+	f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
+	f.Spec.NodeClaimUID, f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "uid-a", "claim-a", "/m", "claim-a"
+	s := &claimState{f: f, nc: nc, nt: &nc.Spec.NodeTypes[0], conds: f.StatusConditions()}
+	c.addRun(f, tfrunner.Apply, 1)
+	d := &finalizeStage{c: c}
+	res, err := d.reconcile(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := s.conds.Get(v1alpha1.ConditionDestroyed)
+	if res.RequeueAfter != pollInterval || exec.cancels != 1 || len(exec.started) != 0 || cond == nil || cond.Reason != "StoppingApply" {
+		t.Fatalf("while the apply stops: requeue %s, %d cancels, started %v, Destroyed %+v", res.RequeueAfter, exec.cancels, exec.started, cond)
+	}
+	exec.stopping = false
+	if _, err := d.reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if apply := lastRun(f, tfrunner.Apply); apply.Phase != v1alpha1.RunFailed || apply.ErrorClass != string(tfrunner.Cancelled) {
+		t.Errorf("the stopped apply is recorded as %+v", apply)
+	}
+	// No state was written: nothing to destroy, and the claim may go.
+	if !s.removeFinalizer || len(exec.started) != 0 {
+		t.Errorf("after the apply stopped: removeFinalizer %v, started %v", s.removeFinalizer, exec.started)
+	}
+}
