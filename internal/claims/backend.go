@@ -28,6 +28,9 @@ const (
 	ReasonBackendSecretMissing = "BackendSecretMissing"
 	// ReasonInvalidBackend: the backend's settings do not fit together (type pg without pg).
 	ReasonInvalidBackend = "InvalidBackend"
+	// ReasonInvalidBackendSecret: the pg connection string cannot be used as it is (e.g. an
+	// unencoded '#' in its password); the message says what, never the value.
+	ReasonInvalidBackendSecret = "InvalidBackendSecret"
 )
 
 // BackendError is a class's backend that cannot be used as configured; Reason is the
@@ -56,9 +59,13 @@ func readBackend(ctx context.Context, secrets client.Reader, namespace string, s
 		if spec.PG == nil {
 			return v, &BackendError{ReasonInvalidBackend, "backend type pg needs spec.backend.pg"}
 		}
-		conn, err := secretValue(ctx, secrets, namespace, spec.PG.ConnSecretRef, ReasonBackendSecretMissing, "pg connection string")
+		ref := spec.PG.ConnSecretRef
+		conn, err := secretValue(ctx, secrets, namespace, ref, ReasonBackendSecretMissing, "pg connection string")
 		if err != nil {
 			return v, err
+		}
+		if err := statelock.ValidatePGConnString(conn); err != nil {
+			return v, &BackendError{ReasonInvalidBackendSecret, fmt.Sprintf("pg connection string in secret %s/%s key %s: %v", namespace, ref.Name, ref.Key, err)}
 		}
 		v.pgConnStr = conn
 		maps.Copy(v.env, statelock.PGConnEnv(conn))

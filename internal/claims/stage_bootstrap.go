@@ -100,9 +100,11 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err := b.c.kube.Create(ctx, tokenSecret); err != nil {
 		return reconcile.Result{}, fmt.Errorf("creating bootstrap token: %w", err)
 	}
+	udLabels := userDataLabels()
+	udLabels[LabelNodeClaim] = s.f.Name
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: b.c.opts.Namespace, Name: name, Labels: labels,
+			Namespace: b.c.opts.Namespace, Name: name, Labels: udLabels,
 			Annotations: map[string]string{annotationTokenID: tok.ID},
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -161,6 +163,12 @@ func userDataLimit(nt *v1alpha1.NodeType) int64 {
 }
 
 func userDataSecretName(f *v1alpha1.Fulfillment) string { return f.Name + "-userdata" }
+
+// userDataLabels mark a user data Secret as the fulfiller's (with LabelNodeClaim, its claim's):
+// the orphan collector deletes no other.
+func userDataLabels() map[string]string {
+	return map[string]string{bootstrap.LabelManagedBy: bootstrap.ManagedBy, "app.kubernetes.io/component": "user-data"}
+}
 
 // kubeletLabels keeps the labels a kubelet may set on its own Node under NodeRestriction;
 // Karpenter syncs the others at registration.
