@@ -305,7 +305,9 @@ func TestErrors(t *testing.T) {
 			o.PlacementGroup = &hcloud.PlacementGroup{ID: 1}
 			return o
 		}, code: hcloud.ErrorCodeInvalidInput, field: "placement_group"},
-		{name: "server error", setup: func() { s.Fail(standin.Failure{Code: standin.CodeServerError, Method: http.MethodPost, PathPrefix: "/servers"}) },
+		{name: "server error", setup: func() {
+			s.Fail(standin.Failure{Code: standin.CodeServerError, Method: http.MethodPost, PathPrefix: "/servers"})
+		},
 			opts: func() hcloud.ServerCreateOpts { return createOpts("x") }, code: hcloud.ErrorCodeServerError},
 		// hcloud-go retries a conflict (twice, as configured here), then gives up.
 		{name: "conflict retried", setup: func() { s.Fail(standin.Failure{Code: standin.CodeConflict, Times: 3, PathPrefix: "/servers"}) },
