@@ -16,6 +16,7 @@ require (
 	k8s.io/client-go v0.36.1
 	k8s.io/cluster-bootstrap v0.36.1
 	k8s.io/utils v0.0.0-20260319190234-28399d86e0b5
+	mvdan.cc/sh/v3 v3.14.1
 	sigs.k8s.io/controller-runtime v0.24.1
 	sigs.k8s.io/karpenter v1.15.0
 	sigs.k8s.io/yaml v1.6.0
