@@ -187,7 +187,7 @@ func runcmdScript(entries []any) (string, error) {
 }
 
 // shellQuote quotes a word for a POSIX shell: as it is when it is plain, else in single
-// quotes (which may span lines), a single quote written '\''.
+// quotes (which may span lines), a single quote written '\”.
 func shellQuote(w string) string {
 	if w != "" && strings.Trim(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
 		return w

@@ -78,7 +78,7 @@ func TestCloudInitShell(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, script, wantOut, wantFile string
-		wantStatus                       bool // whether the script fails
+		wantStatus                      bool // whether the script fails
 	}{
 		{name: "curl from the metadata service", script: "curl -fsS http://169.254.169.254/hetzner/v1/metadata/instance-id", wantOut: "4711"},
 		{name: "curl a wrong path fails at once", script: "curl -fsS --retry 30 --retry-delay 2 http://169.254.169.254/hetzner/v1/metadata/nope", wantStatus: true},

@@ -137,8 +137,8 @@ type machine struct {
 	joinErr error
 	// allocatableBase is capacity less what the kubelet's flags reserve.
 	allocatableBase corev1.ResourceList
-	client  kubernetes.Interface
-	bootID   string
+	client          kubernetes.Interface
+	bootID          string
 	// registered is when the kubelet registered the Node (this boot); the simulated CNI and
 	// device plugin delays count from it.
 	registered time.Time
