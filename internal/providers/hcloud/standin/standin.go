@@ -49,8 +49,9 @@ type Options struct {
 	Log io.Writer
 }
 
-// DefaultToken is the API token of a stand-in whose Options name none.
-const DefaultToken = "standin-token-0000000000000000000000000000000000000000000000000000"
+// DefaultToken is the API token of a stand-in whose Options name none. Like a real one it
+// has 64 characters (the provider refuses other lengths before any request).
+const DefaultToken = "StandInProjectToken000000000000000000000000000000000000000000000"
 
 // Default durations.
 const (
