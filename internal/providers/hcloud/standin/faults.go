@@ -83,11 +83,12 @@ type faults struct {
 	placement      map[offering]bool
 	serverLimit    int
 	createDuration time.Duration
+	actionDuration time.Duration
 	failures       []*Failure
 }
 
-func newFaults(createDuration time.Duration) faults {
-	return faults{stockouts: map[offering]bool{}, placement: map[offering]bool{}, createDuration: createDuration}
+func newFaults(createDuration, actionDuration time.Duration) faults {
+	return faults{stockouts: map[offering]bool{}, placement: map[offering]bool{}, createDuration: createDuration, actionDuration: actionDuration}
 }
 
 // nextFailure returns the failure the request gets, if any, and counts it.
@@ -142,6 +143,13 @@ func (s *StandIn) SetCreateDuration(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults.createDuration = d
+}
+
+// SetActionDuration sets how long every later action other than a create runs.
+func (s *StandIn) SetActionDuration(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.actionDuration = d
 }
 
 // Fail makes the next f.Times requests that match f fail (after the rate limit and the

@@ -151,8 +151,8 @@ func (s *StandIn) attachAction(srv *server, body map[string]json.RawMessage) (*a
 	if e := s.attach(srv, n, ip, ipRange); e != nil {
 		return nil, e
 	}
-	a := s.newAction("attach_to_network", s.opts.ActionDuration, jsonResourceRef{ID: srv.id, Type: "server"}, jsonResourceRef{ID: n.id, Type: "network"})
-	s.after(s.opts.ActionDuration, func() {
+	a := s.newAction("attach_to_network", s.faults.actionDuration, jsonResourceRef{ID: srv.id, Type: "server"}, jsonResourceRef{ID: n.id, Type: "network"})
+	s.after(s.faults.actionDuration, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		a.finish(nil)
@@ -179,8 +179,8 @@ func (s *StandIn) detachAction(srv *server, body map[string]json.RawMessage) (*a
 	}
 	srv.privateNets = slices.Delete(srv.privateNets, i, i+1)
 	n.servers = slices.DeleteFunc(n.servers, func(x int64) bool { return x == srv.id })
-	a := s.newAction("detach_from_network", s.opts.ActionDuration, jsonResourceRef{ID: srv.id, Type: "server"}, jsonResourceRef{ID: n.id, Type: "network"})
-	s.after(s.opts.ActionDuration, func() {
+	a := s.newAction("detach_from_network", s.faults.actionDuration, jsonResourceRef{ID: srv.id, Type: "server"}, jsonResourceRef{ID: n.id, Type: "network"})
+	s.after(s.faults.actionDuration, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		a.finish(nil)

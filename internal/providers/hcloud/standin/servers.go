@@ -369,13 +369,13 @@ func (s *StandIn) create(req createServerRequest) (map[string]any, *apiError) {
 		s.attach(srv, s.networks[id], "", nil)
 	}
 	ref := jsonResourceRef{ID: srv.id, Type: "server"}
-	createDuration := s.faults.createDuration
+	createDuration, startDuration := s.faults.createDuration, s.faults.actionDuration
 	create := s.newAction("create_server", createDuration, ref)
 	start := req.StartAfterCreate == nil || *req.StartAfterCreate
 	next := []jsonAction{}
 	var startAction *action
 	if start {
-		startAction = s.newAction("start_server", createDuration+s.opts.ActionDuration, ref)
+		startAction = s.newAction("start_server", createDuration+startDuration, ref)
 		next = append(next, startAction.json(time.Now()))
 	}
 	s.after(createDuration, func() {
@@ -389,7 +389,7 @@ func (s *StandIn) create(req createServerRequest) (map[string]any, *apiError) {
 		}
 		s.mu.Unlock()
 		if start {
-			s.after(s.opts.ActionDuration, func() { s.powerOn(srv, startAction) })
+			s.after(startDuration, func() { s.powerOn(srv, startAction) })
 		}
 	})
 	var password *string
@@ -567,7 +567,8 @@ func (s *StandIn) deleteServer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	srv.status = statusDeleting
-	a := s.newAction("delete_server", s.opts.ActionDuration, jsonResourceRef{ID: srv.id, Type: "server"})
+	d := s.faults.actionDuration
+	a := s.newAction("delete_server", d, jsonResourceRef{ID: srv.id, Type: "server"})
 	wasOn := srv.machineOn
 	srv.machineOn = false
 	j := a.json(time.Now())
@@ -578,7 +579,7 @@ func (s *StandIn) deleteServer(w http.ResponseWriter, r *http.Request) {
 				s.logf("removing the machine of server %d: %v", srv.id, err)
 			}
 		}
-	}, s.opts.ActionDuration, func() {
+	}, d, func() {
 		delete(s.servers, srv.id)
 		for _, n := range s.networks {
 			n.servers = slices.DeleteFunc(n.servers, func(id int64) bool { return id == srv.id })
@@ -628,14 +629,14 @@ func (s *StandIn) serverAction(w http.ResponseWriter, r *http.Request) {
 	var a *action
 	switch name {
 	case "poweron":
-		a = s.newAction("start_server", s.opts.ActionDuration, ref)
+		a = s.newAction("start_server", s.faults.actionDuration, ref)
 		if srv.status == statusOff {
 			srv.status = statusStarting
 		}
-		s.after(s.opts.ActionDuration, func() { s.powerOn(srv, a) })
+		s.after(s.faults.actionDuration, func() { s.powerOn(srv, a) })
 	case "poweroff", "shutdown":
 		command := map[string]string{"poweroff": "stop_server", "shutdown": "shutdown_server"}[name]
-		a = s.newAction(command, s.opts.ActionDuration, ref)
+		a = s.newAction(command, s.faults.actionDuration, ref)
 		wasOn := srv.machineOn
 		srv.machineOn = false
 		if srv.status == statusRunning || srv.status == statusStarting {
@@ -647,7 +648,7 @@ func (s *StandIn) serverAction(w http.ResponseWriter, r *http.Request) {
 					s.logf("powering off the machine of server %d: %v", srv.id, err)
 				}
 			}
-		}, s.opts.ActionDuration, func() {
+		}, s.faults.actionDuration, func() {
 			if srv.status == statusStopping {
 				srv.status = statusOff
 			}

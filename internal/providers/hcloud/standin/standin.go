@@ -138,7 +138,7 @@ func Start(opts Options) (*StandIn, error) {
 		sshKeys:         map[int64]*sshKey{},
 		token:           opts.Token,
 		budget:          newBucket(opts.RateLimit, opts.RateLimitWindow, time.Now()),
-		faults:          newFaults(opts.CreateDuration),
+		faults:          newFaults(opts.CreateDuration, opts.ActionDuration),
 	}
 	s.routes()
 	s.server = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
