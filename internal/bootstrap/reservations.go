@@ -61,7 +61,7 @@ func (r Reservations) evictionHard() map[string]string {
 	return r.EvictionHard
 }
 
-// Validate reports what a kubelet would refuse.
+// Validate reports what a kubelet would refuse, one joined error per problem.
 func (r Reservations) Validate() error {
 	var errs []error
 	for what, list := range map[string]corev1.ResourceList{ArgKubeReserved: r.KubeReserved, ArgSystemReserved: r.SystemReserved} {
@@ -83,15 +83,8 @@ func (r Reservations) Validate() error {
 			errs = append(errs, fmt.Errorf("eviction threshold %s: %w", signal, err))
 		}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	msgs := make([]string, len(errs))
-	for i, err := range errs {
-		msgs[i] = err.Error()
-	}
-	slices.Sort(msgs)
-	return errors.New(strings.Join(msgs, "; "))
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
 }
 
 // KubeletArgs renders the reservations as kubelet flags. eviction-hard is always set, so

@@ -212,7 +212,9 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
 		}
 		errs = append(errs, checkKubeletArgs("node type "+nt.Name, nt.KubeletExtraArgs)...)
 		if err := reservations(&nt).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("node type %s: %w", nt.Name, err))
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				errs = append(errs, fmt.Errorf("node type %s: %w", nt.Name, e))
+			}
 		}
 		if nt.ProviderIDFrom != nil && nt.ProviderIDTemplate != "" {
 			errs = append(errs, fmt.Errorf("node type %s: providerIDTemplate and providerIDFrom exclude each other", nt.Name))
