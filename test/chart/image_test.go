@@ -84,8 +84,15 @@ func TestImageTofuConfig(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	// The image's build copies the providers hack/tools.sh built into the mirror first.
+	tools := filepath.Join(filepath.Dir(filepath.Dir(tofu)), "providers")
+	if out, err := run(root, nil, "cp", "-rL", tools, mirror); err != nil {
+		t.Fatalf("copying the tools' provider mirror %s (run `make tools`): %v\n%s", tools, err, out)
+	}
 	if out, err := run(root, nil, filepath.Join(root, "hack", "image", "mirror-providers.sh"), modules, mirror); err != nil {
 		t.Fatalf("mirror-providers.sh: %v\n%s", err, out)
+	} else if !strings.Contains(out, "hetzner-cloud/: the mirror has its providers") {
+		t.Errorf("mirror-providers.sh did not find the built hcloud provider in the mirror:\n%s", out)
 	}
 	config, err := os.ReadFile(filepath.Join(root, "hack", "image", "tofurc"))
 	if err != nil {
