@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(sim.Main(args))
 	}
 	os.Setenv(testMainEnv, "1")
-	os.Exit(testenv.RunMain(m, &controlPlane, testenv.Options{}))
+	os.Exit(testenv.RunMain(m, &controlPlane, testenv.Options{CRDs: testenv.DefaultCRDs()}))
 }
 
 // tofuRC is the CLI configuration hack/tools.sh writes next to the tools' bin folder: tofu
