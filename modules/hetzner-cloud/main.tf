@@ -15,7 +15,7 @@ locals {
 
   # Hetzner label values: at most 63 characters, alphanumeric at both ends. A NodePool name
   # may be a longer DNS subdomain: it is cut to fit.
-  nodepool = trimsuffix(trimsuffix(substr(lookup(var.labels, "karpenter.sh/nodepool", ""), 0, 63), "-"), ".")
+  nodepool = replace(substr(lookup(var.labels, "karpenter.sh/nodepool", ""), 0, 63), "/[-._]+$/", "")
 
   server_labels = merge(
     {

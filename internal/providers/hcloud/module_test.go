@@ -295,6 +295,9 @@ func TestModulePrivateNetworks(t *testing.T) {
 		const name = "hcloud-subnet"
 		data, _ := userData(ctx, t, name)
 		req := moduleRequest(t, s, name, "fsn1", "cx23", map[string]string{"subnet_id": fmt.Sprintf("%d-10.0.1.0/24", nw.ID)}, data)
+		// A NodePool name longer than a Hetzner label value is cut to one.
+		longPool := strings.Repeat("a", 62) + "--pool"
+		req.Variables[tfrunner.VarLabels].(map[string]string)["karpenter.sh/nodepool"] = longPool
 		before := len(s.Requests())
 		log := &testenv.SyncBuffer{}
 		res := tfrunner.Run(ctx, req, log)
@@ -307,6 +310,9 @@ func TestModulePrivateNetworks(t *testing.T) {
 		srv, _ := s.Server(id)
 		if len(srv.PrivateNets) != 1 || !strings.HasPrefix(srv.PrivateNets[0].IP, "10.0.1.") || srv.PublicIPv4 == "" {
 			t.Fatalf("server %+v", srv)
+		}
+		if got := srv.Labels["karpenter.sh/nodepool"]; got != longPool[:62] {
+			t.Errorf("nodepool label %q, want %q", got, longPool[:62])
 		}
 		if !slices.Equal(res.Addresses, []string{srv.PublicIPv4, srv.PublicIPv6, srv.PrivateNets[0].IP}) {
 			t.Errorf("addresses %v", res.Addresses)
