@@ -174,6 +174,9 @@ const (
 	ReasonBackendSecretMissing = "BackendSecretMissing"
 	// ReasonInvalidBackend: the backend's settings do not fit together (type pg without pg).
 	ReasonInvalidBackend = "InvalidBackend"
+	// ReasonInvalidBackendSecret: the pg connection string cannot be used as it is (e.g. an
+	// unencoded '#' in its password); the message says what, never the value.
+	ReasonInvalidBackendSecret = "InvalidBackendSecret"
 	// ReasonCredentialsMissing: a Secret named in spec.credentials does not exist.
 	ReasonCredentialsMissing = "CredentialsMissing"
 	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.

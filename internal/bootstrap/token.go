@@ -50,6 +50,13 @@ func (t Token) SecretName() string { return tokenutil.BootstrapTokenSecretName(t
 // Username is the user the API server authenticates the token as.
 func (t Token) Username() string { return bootstrapapi.BootstrapUserPrefix + t.ID }
 
+// LabelManagedBy and ManagedBy mark the token Secrets the fulfiller made: only those are
+// ever revoked or collected, never a token someone else labelled with a claim's name.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "fulfiller"
+)
+
 // TokenSecretOptions describe a token Secret.
 type TokenSecretOptions struct {
 	Expires     time.Time
@@ -60,17 +67,22 @@ type TokenSecretOptions struct {
 }
 
 // TokenSecret builds the kube-system Secret that makes the API server accept the token for
-// authentication (and the bootstrap signer sign cluster-info with it) until it expires.
+// authentication (and the bootstrap signer sign cluster-info with it) until it expires. It
+// carries opts.Labels and LabelManagedBy.
 func TokenSecret(t Token, opts TokenSecretOptions) *corev1.Secret {
 	groups := opts.Groups
 	if len(groups) == 0 {
 		groups = []string{DefaultGroup}
 	}
+	labels := map[string]string{LabelManagedBy: ManagedBy}
+	for k, v := range opts.Labels {
+		labels[k] = v
+	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: metav1.NamespaceSystem,
 			Name:      t.SecretName(),
-			Labels:    opts.Labels,
+			Labels:    labels,
 		},
 		Type: bootstrapapi.SecretTypeBootstrapToken,
 		StringData: map[string]string{

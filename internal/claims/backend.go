@@ -41,9 +41,13 @@ func readBackend(ctx context.Context, secrets client.Reader, namespace string, s
 		if spec.PG == nil {
 			return v, &BackendError{v1alpha1.ReasonInvalidBackend, "backend type pg needs spec.backend.pg"}
 		}
-		conn, err := secretValue(ctx, secrets, namespace, spec.PG.ConnSecretRef, v1alpha1.ReasonBackendSecretMissing, "pg connection string")
+		ref := spec.PG.ConnSecretRef
+		conn, err := secretValue(ctx, secrets, namespace, ref, v1alpha1.ReasonBackendSecretMissing, "pg connection string")
 		if err != nil {
 			return v, err
+		}
+		if err := statelock.ValidatePGConnString(conn); err != nil {
+			return v, &BackendError{v1alpha1.ReasonInvalidBackendSecret, fmt.Sprintf("pg connection string in secret %s/%s key %s: %v", namespace, ref.Name, ref.Key, err)}
 		}
 		v.pgConnStr = conn
 		maps.Copy(v.env, statelock.PGConnEnv(conn))

@@ -3,6 +3,7 @@ package claims
 import (
 	"context"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ import (
 // request in a Secret); the backend configuration, which tofu writes to disk and which a Job
 // spec could show, holds none.
 func TestRunRequestBackend(t *testing.T) {
-	const conn = "postgres://fulfiller:" + statePassphrase + "@db:5432/states?sslmode=require"
+	conn := "postgres://fulfiller:" + url.PathEscape(statePassphrase) + "@db:5432/states?sslmode=require"
 	secrets := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "state-key"},
 			Data: map[string][]byte{"passphrase": []byte(statePassphrase)}},

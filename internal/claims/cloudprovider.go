@@ -346,11 +346,13 @@ func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) 
 }
 
 // RepairPolicies replace nodes whose kubelet stopped reporting for a long while; boot time is
-// not counted (a node registers Ready or not at all).
+// not counted (a node registers Ready or not at all). Karpenter (v1.15.0,
+// pkg/controllers/node/health) wants exactly one policy with an empty reason regex, the
+// fallback of every listed condition; Ready=Unknown matches any reason explicitly.
 func (c *CloudProvider) RepairPolicies() []cloudprovider.RepairPolicy {
 	return []cloudprovider.RepairPolicy{
 		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionFalse, TolerationDuration: 30 * time.Minute, Action: cloudprovider.ReplaceNode},
-		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, TolerationDuration: 30 * time.Minute, Action: cloudprovider.ReplaceNode},
+		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, ReasonRegex: ".*", TolerationDuration: 30 * time.Minute, Action: cloudprovider.ReplaceNode},
 	}
 }
 

@@ -2,6 +2,7 @@ package claims
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,8 +51,11 @@ func TestApplyFailureCondition(t *testing.T) {
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
 			f.Spec.NodeType, f.Spec.Zone, f.Spec.CapacityType = "small", "a", "on-demand"
 			s := &claimState{f: f, conds: f.StatusConditions()}
-			run := &v1alpha1.Run{Name: "claim-a-apply-1", Operation: "apply", Attempt: attempt, Phase: v1alpha1.RunFailed,
-				ErrorClass: string(class), Message: "the message of the run"}
+			for i := 1; i <= attempt; i++ { // the runs this claim made
+				f.Status.Runs = append(f.Status.Runs, v1alpha1.Run{Name: fmt.Sprintf("claim-a-apply-%d", i), Operation: "apply", Attempt: i, Phase: v1alpha1.RunFailed,
+					ErrorClass: string(class), Message: "the message of the run"})
+			}
+			run := &f.Status.Runs[len(f.Status.Runs)-1]
 			if _, err := (&applyStage{c: c}).failed(context.Background(), s, run); err != nil {
 				t.Fatal(err)
 			}

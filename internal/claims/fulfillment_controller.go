@@ -28,8 +28,11 @@ import (
 
 // Options configure the Fulfillment controller.
 type Options struct {
-	// Namespace holds the claims' states, user data and runs.
+	// Namespace holds the claims' user data and runs, and the Secrets classes name.
 	Namespace string
+	// StateNamespace holds the claims' states and locks (kubernetes backend) unless a class
+	// names its own; empty: Namespace.
+	StateNamespace string
 	// TofuPath is the tofu binary runners use.
 	TofuPath string
 	// RunEnv is extra environment for every run (e.g. KUBECONFIG for the kubernetes backend

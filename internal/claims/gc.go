@@ -7,12 +7,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
 // orphanGracePeriod protects objects a claim is creating right now (its Fulfillment may be
@@ -49,16 +51,26 @@ func (o *OrphanCollector) Register(_ context.Context, m manager.Manager) error {
 	}))
 }
 
-// Collect deletes every token and user data Secret whose claim has no Fulfillment.
+// Collect deletes every token and user data Secret whose claim has no Fulfillment. It looks
+// only at Secrets the fulfiller made (bootstrap.LabelManagedBy): bootstrap tokens in
+// kube-system, user data in the fulfiller's namespace; a Secret someone else labelled with a
+// claim's name is never touched.
 func (o *OrphanCollector) Collect(ctx context.Context) error {
-	for _, ns := range []string{"kube-system", o.namespace} {
+	for _, kind := range []struct {
+		namespace string
+		labels    client.MatchingLabels
+		typ       corev1.SecretType
+	}{
+		{"kube-system", client.MatchingLabels{bootstrap.LabelManagedBy: bootstrap.ManagedBy}, bootstrapapi.SecretTypeBootstrapToken},
+		{o.namespace, userDataLabels(), corev1.SecretTypeOpaque},
+	} {
 		list := &corev1.SecretList{}
-		if err := o.secrets.List(ctx, list, client.InNamespace(ns), client.HasLabels{LabelNodeClaim}); err != nil {
-			return fmt.Errorf("listing claim secrets in %s: %w", ns, err)
+		if err := o.secrets.List(ctx, list, client.InNamespace(kind.namespace), kind.labels, client.HasLabels{LabelNodeClaim}); err != nil {
+			return fmt.Errorf("listing claim secrets in %s: %w", kind.namespace, err)
 		}
 		for i := range list.Items {
 			secret := &list.Items[i]
-			if o.clock.Since(secret.CreationTimestamp.Time) < orphanGracePeriod {
+			if secret.Type != kind.typ || o.clock.Since(secret.CreationTimestamp.Time) < orphanGracePeriod {
 				continue
 			}
 			err := o.secrets.Get(ctx, client.ObjectKey{Name: secret.Labels[LabelNodeClaim]}, &v1alpha1.Fulfillment{})
@@ -68,7 +80,7 @@ func (o *OrphanCollector) Collect(ctx context.Context) error {
 				}
 				continue
 			}
-			if err := o.kube.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+			if err := o.kube.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting orphaned secret %s/%s: %w", secret.Namespace, secret.Name, err)
 			}
 			log.FromContext(ctx).Info("deleted secret of a claim that no longer exists", "secret", client.ObjectKeyFromObject(secret), "nodeclaim", secret.Labels[LabelNodeClaim])

@@ -3,6 +3,7 @@ package claims
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 	noOutput := writeModule(t, map[string]string{"main.tf": `variable "node_name" { type = string }`})
 	for _, tc := range []struct {
 		name, module, reason string
+		message              string // in Ready's message
 		mutate               func(*v1alpha1.TofuNodeClass)
 		preflight            *bootstrap.PreflightFailure
 		ready                bool
@@ -85,6 +87,14 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		}},
 		{name: "pg connection secret missing", module: good, reason: v1alpha1.ReasonBackendSecretMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "url"}}}
+		}},
+		// A password with an unencoded '#' cuts the URL short: refused before any run, with what
+		// to do and without the value.
+		{name: "pg connection string with an unencoded '#'", module: good, reason: v1alpha1.ReasonInvalidBackendSecret, message: "%23", mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "hash"}}}
+		}},
+		{name: "pg connection string with a quote", module: good, reason: v1alpha1.ReasonInvalidBackendSecret, message: "percent-encode", mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "quote"}}}
 		}},
 		{name: "pg without settings", module: good, reason: v1alpha1.ReasonInvalidBackend, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG}
@@ -124,7 +134,11 @@ output "provider_id" { value = "sim://${var.node_name}" }
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "bad-keys"},
 					Data: map[string][]byte{"hcloud-token": []byte(statePassphrase)}},
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
-					Data: map[string][]byte{"conn": []byte("postgres://fulfiller:" + statePassphrase + "@db/states")}},
+					Data: map[string][]byte{
+						"conn":  []byte("postgres://fulfiller:" + url.PathEscape(statePassphrase) + "@db/states"),
+						"hash":  []byte("postgres://fulfiller:" + statePassphrase + "#x@db/states"),
+						"quote": []byte("postgres://fulfiller:" + statePassphrase + `"@db/states`),
+					}},
 			}
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithObjects(secrets...).WithStatusSubresource(nc).Build()
 			rec := &recordedEvents{}
@@ -150,6 +164,9 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			}
 			if !tc.ready && ready.Message == "" {
 				t.Error("Ready=False without a message")
+			}
+			if !strings.Contains(ready.Message, tc.message) {
+				t.Errorf("Ready's message %q does not say %q", ready.Message, tc.message)
 			}
 			if strings.Contains(ready.Message, statePassphrase) || strings.Contains(fmt.Sprint(rec.events), statePassphrase) {
 				t.Error("a secret value is in the condition or an event")

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -28,6 +29,22 @@ func lastRun(f *v1alpha1.Fulfillment, op tfrunner.Operation) *v1alpha1.Run {
 	return nil
 }
 
+// runsMade counts the runs of an operation this claim made (attempt numbers may skip names
+// that an earlier claim of the same name left).
+func runsMade(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
+	n := 0
+	for _, r := range f.Status.Runs {
+		if r.Operation == string(op) {
+			n++
+		}
+	}
+	return n
+}
+
+// maxNameSkips bounds how many run names taken by an earlier claim of the same name are
+// skipped.
+const maxNameSkips = 20
+
 func runCount(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
 	n := 0
 	for _, r := range f.Status.Runs {
@@ -38,8 +55,10 @@ func runCount(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
 	return n
 }
 
+// runName is bounded (tfrunner.RunName): a claim of a long NodePool name gets a run name a
+// Job may have.
 func runName(f *v1alpha1.Fulfillment, op tfrunner.Operation, attempt int) string {
-	return fmt.Sprintf("%s-%s-%d", f.Name, op, attempt)
+	return tfrunner.RunName(f.Name, op, attempt)
 }
 
 func (c *FulfillmentController) addRun(f *v1alpha1.Fulfillment, op tfrunner.Operation, attempt int) *v1alpha1.Run {
@@ -108,6 +127,10 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		maps.Copy(params, s.nt.Variables)
 		labels = nodeLabels(s.nt, s.f)
 	}
+	if s.f.Spec.NodePool != "" {
+		// For the module to label what it creates with the NodePool.
+		labels[karpv1.NodePoolLabelKey] = s.f.Spec.NodePool
+	}
 	backend, workspace, backendEnv, err := c.runBackend(ctx, s)
 	if err != nil {
 		return tfrunner.Request{}, err
@@ -143,16 +166,21 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		},
 		Env:      env,
 		TofuPath: c.opts.TofuPath,
-		// The runner Job and its pod carry the claim's name: kubectl get jobs -l karpenter.sh/nodeclaim=<claim>.
-		Labels:      map[string]string{tfrunner.LabelNodeClaim: s.f.Name},
+		// The runner Job and its pod carry the claim's name: kubectl get jobs -l karpenter.sh/nodeclaim=<claim>;
+		// and its UID, so that an earlier claim's run of the same name is never taken for this one's.
+		Labels:      map[string]string{tfrunner.LabelNodeClaim: s.f.Name, tfrunner.LabelNodeClaimUID: s.f.Spec.NodeClaimUID},
 		LockTimeout: 30 * time.Second,
 	}, nil
 }
 
-// stateNamespace is where the claim's state lives.
+// stateNamespace is where the claim's state lives: the class's backend namespace, or the
+// controller's state namespace.
 func (c *FulfillmentController) stateNamespace(s *claimState) string {
 	if s.nc != nil && s.nc.Spec.Backend.Namespace != "" {
 		return s.nc.Spec.Backend.Namespace
+	}
+	if c.opts.StateNamespace != "" {
+		return c.opts.StateNamespace
 	}
 	return c.opts.Namespace
 }

@@ -34,7 +34,7 @@ func (a *applyStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 	if run == nil || run.Phase != v1alpha1.RunRunning {
 		return a.start(ctx, s, run)
 	}
-	st, err := a.c.executor.Status(ctx, run.Name)
+	st, err := a.c.executor.Status(ctx, run.Name, s.f.Spec.NodeClaimUID)
 	if errors.Is(err, tfrunner.ErrRunNotFound) {
 		// Recorded but never started (the executor lost it before it began): start it now.
 		return a.startRun(ctx, s, run.Attempt, false)
@@ -83,6 +83,12 @@ func (a *applyStage) startRun(ctx context.Context, s *claimState, attempt int, r
 		return reconcile.Result{}, err
 	}
 	if err := a.c.executor.Start(ctx, req); err != nil {
+		if errors.Is(err, tfrunner.ErrOtherClaimsRun) && attempt < runCount(s.f, tfrunner.Apply)+maxNameSkips {
+			// An earlier claim of this name left a run of this name (kept for its log): this
+			// claim's run takes the next attempt's name.
+			log.FromContext(ctx).Info("run name taken by an earlier claim of the same name", "run", req.Name)
+			return a.startRun(ctx, s, attempt+1, true)
+		}
 		if errors.Is(err, tfrunner.ErrBusy) {
 			s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonWaitingForRunner, "as many tofu runs as allowed are in progress")
 			return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
@@ -131,7 +137,7 @@ func (a *applyStage) failed(ctx context.Context, s *claimState, run *v1alpha1.Ru
 		s.conds.SetFalse(v1alpha1.ConditionApplied, decision.Reason, run.Message)
 		s.replaceClaim = true
 		return reconcile.Result{}, nil
-	case decision.Retry && run.Attempt < a.c.opts.MaxApplyAttempts:
+	case decision.Retry && runsMade(s.f, tfrunner.Apply) < a.c.opts.MaxApplyAttempts:
 		wait := a.c.backoff(run.Attempt)
 		s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, decision.Reason, fmt.Sprintf("%s (retrying in %s)", run.Message, wait))
 		return reconcile.Result{RequeueAfter: wait}, nil

@@ -65,6 +65,8 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		CACertHash:        caHash,
 		NodeName:          s.f.Spec.NodeName,
 		ProviderID:        s.f.Spec.ProviderID,
+		ProviderIDFrom:    providerIDSource(s.nt, s.f.Spec.ProviderID),
+		Reservations:      reservations(s.nt),
 		Labels:            kubeletLabels(nodeLabels(s.nt, s.f)),
 		Taints:            append([]corev1.Taint{karpv1.UnregisteredNoExecuteTaint}, GateTaints(s.nc, s.nt)...),
 		CRISocket:         s.nc.Spec.Bootstrap.CRISocket,
@@ -97,9 +99,11 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err := b.c.kube.Create(ctx, tokenSecret); err != nil {
 		return reconcile.Result{}, fmt.Errorf("creating bootstrap token: %w", err)
 	}
+	udLabels := userDataLabels()
+	udLabels[LabelNodeClaim] = s.f.Name
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: b.c.opts.Namespace, Name: name, Labels: labels,
+			Namespace: b.c.opts.Namespace, Name: name, Labels: udLabels,
 			Annotations: map[string]string{annotationTokenID: tok.ID},
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -142,7 +146,32 @@ func kubeletArgs(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) []bootstrap.
 }
 
 // reservedKubeletArgs are set by the fulfiller; a NodeClass may not set them.
-var reservedKubeletArgs = []string{"provider-id", "node-labels", "register-with-taints"}
+var reservedKubeletArgs = []string{"provider-id", "node-labels", "register-with-taints",
+	bootstrap.ArgKubeReserved, bootstrap.ArgSystemReserved, bootstrap.ArgEvictionHard}
+
+// providerIDSource is where a machine reads its provider ID when it is not known at render
+// time (known is empty): the node type's providerIDFrom, with Hetzner Cloud's defaults.
+func providerIDSource(nt *v1alpha1.NodeType, known string) *bootstrap.ProviderIDSource {
+	if known != "" {
+		return nil
+	}
+	src := &bootstrap.ProviderIDSource{URL: bootstrap.DefaultMetadataURL, Prefix: bootstrap.DefaultProviderIDPrefix}
+	if from := nt.ProviderIDFrom; from != nil {
+		if from.MetadataURL != "" {
+			src.URL = from.MetadataURL
+		}
+		if from.Prefix != "" {
+			src.Prefix = from.Prefix
+		}
+	}
+	return src
+}
+
+// reservations are what the type's kubelets keep from pods; Karpenter's instance type
+// subtracts the same (instanceType).
+func reservations(nt *v1alpha1.NodeType) bootstrap.Reservations {
+	return bootstrap.Reservations{KubeReserved: nt.Overhead, SystemReserved: nt.SystemReserved, EvictionHard: nt.EvictionHard}
+}
 
 func userDataLimit(nt *v1alpha1.NodeType) int64 {
 	if nt.UserDataLimit == nil {
@@ -152,6 +181,12 @@ func userDataLimit(nt *v1alpha1.NodeType) int64 {
 }
 
 func userDataSecretName(f *v1alpha1.Fulfillment) string { return f.Name + "-userdata" }
+
+// userDataLabels mark a user data Secret as the fulfiller's (with LabelNodeClaim, its claim's):
+// the orphan collector deletes no other.
+func userDataLabels() map[string]string {
+	return map[string]string{bootstrap.LabelManagedBy: bootstrap.ManagedBy, "app.kubernetes.io/component": "user-data"}
+}
 
 // kubeletLabels keeps the labels a kubelet may set on its own Node under NodeRestriction;
 // Karpenter syncs the others at registration.

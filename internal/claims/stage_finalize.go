@@ -31,14 +31,17 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		s.f.Status.Stages.DestroyStarted = &now
 	}
 	if apply := lastRun(s.f, tfrunner.Apply); apply != nil && apply.Phase == v1alpha1.RunRunning {
-		if err := d.c.executor.Cancel(ctx, apply.Name); err != nil && !errors.Is(err, tfrunner.ErrRunNotFound) {
+		// Cancel returns at once; the runner stops (tofu releases the lock) while the
+		// claim is requeued, so no worker waits for it.
+		if err := d.c.executor.Cancel(ctx, apply.Name, s.f.Spec.NodeClaimUID); err != nil && !errors.Is(err, tfrunner.ErrRunNotFound) {
 			return reconcile.Result{}, fmt.Errorf("interrupting apply %s: %w", apply.Name, err)
 		}
-		st, err := d.c.executor.Status(ctx, apply.Name)
+		st, err := d.c.executor.Status(ctx, apply.Name, s.f.Spec.NodeClaimUID)
 		if err != nil && !errors.Is(err, tfrunner.ErrRunNotFound) {
 			return reconcile.Result{}, fmt.Errorf("reading run %s: %w", apply.Name, err)
 		}
-		if st.Phase == tfrunner.RunPending || st.Phase == tfrunner.RunRunning {
+		if err == nil && !st.Done() {
+			s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, v1alpha1.ReasonStoppingApply, "waiting for apply "+apply.Name+" to stop")
 			return reconcile.Result{RequeueAfter: pollInterval}, nil
 		}
 		d.c.finishRun(apply, st)
@@ -81,7 +84,7 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		}
 		return d.start(ctx, s, attempts+1)
 	}
-	st, err := d.c.executor.Status(ctx, run.Name)
+	st, err := d.c.executor.Status(ctx, run.Name, s.f.Spec.NodeClaimUID)
 	if errors.Is(err, tfrunner.ErrRunNotFound) {
 		return d.start(ctx, s, run.Attempt)
 	}
@@ -117,6 +120,9 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 		return reconcile.Result{}, err
 	}
 	if err := d.c.executor.Start(ctx, req); err != nil {
+		if errors.Is(err, tfrunner.ErrOtherClaimsRun) && attempt < runCount(s.f, tfrunner.Destroy)+maxNameSkips {
+			return d.start(ctx, s, attempt+1) // the name is an earlier claim's (see applyStage.startRun)
+		}
 		if errors.Is(err, tfrunner.ErrBusy) {
 			return reconcile.Result{RequeueAfter: pollInterval}, nil
 		}

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
 // nodeProviderIDField is the Node index Karpenter's operator registers.
@@ -60,7 +61,7 @@ func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 // may join with them again.
 func (c *FulfillmentController) revokeTokens(ctx context.Context, claim string) error {
 	err := c.kube.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace("kube-system"),
-		client.MatchingLabels{LabelNodeClaim: claim}, client.MatchingFields{"type": "bootstrap.kubernetes.io/token"})
+		client.MatchingLabels{LabelNodeClaim: claim, bootstrap.LabelManagedBy: bootstrap.ManagedBy}, client.MatchingFields{"type": "bootstrap.kubernetes.io/token"})
 	if err != nil {
 		return fmt.Errorf("revoking bootstrap tokens: %w", err)
 	}

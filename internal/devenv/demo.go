@@ -132,8 +132,8 @@ func Drained(ctx context.Context, c client.Client) (bool, string, error) {
 		{"nodeclaims", &karpv1.NodeClaimList{}, nil},
 		{"nodes", &corev1.NodeList{}, []client.ListOption{client.HasLabels{karpv1.NodePoolLabelKey}}}, // not the runner node
 		{"fulfillments", &v1alpha1.FulfillmentList{}, nil},
-		{"state secrets", &corev1.SecretList{}, []client.ListOption{client.InNamespace(Namespace), client.MatchingLabels{"tfstate": "true"}}},
-		{"state leases", &coordinationv1.LeaseList{}, []client.ListOption{client.InNamespace(Namespace), client.MatchingLabels{"tfstate": "true"}}},
+		{"state secrets", &corev1.SecretList{}, []client.ListOption{client.InNamespace(StateNamespace), client.MatchingLabels{"tfstate": "true"}}},
+		{"state leases", &coordinationv1.LeaseList{}, []client.ListOption{client.InNamespace(StateNamespace), client.MatchingLabels{"tfstate": "true"}}},
 	}
 	var left []string
 	for _, cnt := range counts {

@@ -26,8 +26,12 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 )
 
-// Namespace is where the controller keeps states, user data and runs.
-const Namespace = "fulfiller"
+// Namespace is where the controller keeps runs and user data; StateNamespace holds the
+// claims' states and locks, where runners have their only rights.
+const (
+	Namespace      = "fulfiller"
+	StateNamespace = "fulfiller-states"
+)
 
 // Layout of an environment folder.
 type Layout struct{ Dir string }
@@ -177,9 +181,14 @@ func Serve(dir, executor string) error {
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	// Runner pods are held to the restricted Pod Security level, as in a cluster.
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: Namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: StateNamespace}},
+	} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+		}
 	}
 	ctrl := &controller{layout: l}
 	if executor == ExecutorJob {
@@ -243,6 +252,7 @@ func (c *controller) start() error {
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+c.layout.Kubeconfig(),
 		"FULFILLER_NAMESPACE="+Namespace,
+		"FULFILLER_STATE_NAMESPACE="+StateNamespace,
 		"FULFILLER_RUNS_DIR="+c.layout.Runs(),
 		"FULFILLER_TOFU="+tofu,
 		"FULFILLER_RUNNER_KUBECONFIG="+c.layout.Kubeconfig(),

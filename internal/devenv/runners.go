@@ -35,18 +35,18 @@ const (
 )
 
 // runnerRBAC gives the runners' ServiceAccount what a tofu run with the kubernetes state
-// backend needs, and nothing else: Secrets (states) and Leases (locks) in the namespace.
+// backend needs, and nothing else: Secrets (states) and Leases (locks) in the state namespace.
 func runnerRBAC(ctx context.Context, cs kubernetes.Interface) error {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: RunnerServiceAccount}}
 	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: RunnerServiceAccount},
+		ObjectMeta: metav1.ObjectMeta{Namespace: StateNamespace, Name: RunnerServiceAccount},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update", "delete"}},
 		},
 	}
 	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: RunnerServiceAccount},
+		ObjectMeta: metav1.ObjectMeta{Namespace: StateNamespace, Name: RunnerServiceAccount},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: Namespace, Name: sa.Name}},
 	}
@@ -56,11 +56,11 @@ func runnerRBAC(ctx context.Context, cs kubernetes.Interface) error {
 			return err
 		},
 		func() error {
-			_, err := cs.RbacV1().Roles(Namespace).Create(ctx, role, metav1.CreateOptions{})
+			_, err := cs.RbacV1().Roles(StateNamespace).Create(ctx, role, metav1.CreateOptions{})
 			return err
 		},
 		func() error {
-			_, err := cs.RbacV1().RoleBindings(Namespace).Create(ctx, binding, metav1.CreateOptions{})
+			_, err := cs.RbacV1().RoleBindings(StateNamespace).Create(ctx, binding, metav1.CreateOptions{})
 			return err
 		},
 	} {
@@ -84,12 +84,14 @@ func startRunnerNode(ctx context.Context, l Layout, cp *controlplane.ControlPlan
 		return nil, err
 	}
 	return kubelet.Start(ctx, kubelet.Config{
-		Client:         cs,
-		NodeName:       RunnerNodeName,
-		Labels:         map[string]string{runnerNodeLabel: "true"},
-		Taints:         []corev1.Taint{{Key: runnerNodeLabel, Effect: corev1.TaintEffectNoSchedule}},
-		Dir:            l.Kubelet(),
-		Binaries:       map[string]string{"fulfiller": self},
+		Client:   cs,
+		NodeName: RunnerNodeName,
+		Labels:   map[string]string{runnerNodeLabel: "true"},
+		Taints:   []corev1.Taint{{Key: runnerNodeLabel, Effect: corev1.TaintEffectNoSchedule}},
+		Dir:      l.Kubelet(),
+		Binaries: map[string]string{"fulfiller": self},
+		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		ImageUser: 65532, ImageGroup: 65532,
 		APIServer:      strings.TrimPrefix(cp.Server, "https://"),
 		ServingCertPEM: cert, ServingKeyPEM: key,
 		ClientCAPEM: cp.CAPEM,

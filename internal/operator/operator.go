@@ -3,11 +3,15 @@
 package operator
 
 import (
+	"context"
+	"errors"
 	"os/exec"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/samber/lo"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
@@ -17,6 +21,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/operator"
 
 	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -25,6 +30,9 @@ import (
 func Run() {
 	ctx, op := operator.NewOperator()
 	opts := FromContext(ctx)
+	if opts.EncryptionSecret != "" {
+		lo.Must0(ensurePassphrase(ctx, kubernetes.NewForConfigOrDie(op.GetConfig()), opts))
+	}
 	executor, tofu, runEnv := newExecutor(op, opts)
 	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
 
@@ -41,9 +49,10 @@ func Run() {
 				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
-				Namespace: opts.Namespace,
-				TofuPath:  tofu,
-				RunEnv:    runEnv,
+				Namespace:      opts.Namespace,
+				StateNamespace: opts.StateNamespace,
+				TofuPath:       tofu,
+				RunEnv:         runEnv,
 			}),
 		).
 		Start(ctx)
@@ -79,4 +88,26 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
 	}
 	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, MaxConcurrent: opts.MaxConcurrentRuns}, tofu, runEnv
+}
+
+// ensurePassphrase creates the state encryption passphrase Secret on the first start (every
+// replica may try: one creates it, the others keep it), retrying while the API server is not
+// reachable yet. A Secret that exists is never changed; one that cannot be used is logged, and
+// the classes that name it say so.
+func ensurePassphrase(ctx context.Context, client kubernetes.Interface, opts *Options) error {
+	logger := log.FromContext(ctx).WithValues("secret", opts.Namespace+"/"+opts.EncryptionSecret)
+	return wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		created, err := statelock.EnsurePassphrase(ctx, client, opts.Namespace, opts.EncryptionSecret, opts.EncryptionSecretKey)
+		switch {
+		case created:
+			logger.Info("created the state encryption passphrase; back it up: without it no encrypted state can be read")
+		case errors.Is(err, statelock.ErrUnusablePassphraseSecret):
+			logger.Error(err, "the state encryption passphrase secret cannot be used")
+			return true, nil
+		case err != nil:
+			logger.Error(err, "ensuring the state encryption passphrase")
+			return false, nil
+		}
+		return true, nil
+	})
 }

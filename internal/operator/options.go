@@ -31,12 +31,17 @@ const (
 // Options are the fulfiller's own controller flags; each also reads an environment variable.
 // They are parsed with Karpenter's, from the same command line.
 type Options struct {
-	Namespace         string
-	Executor          string
-	RunsDir           string
-	TofuPath          string
-	MaxConcurrentRuns int
-	RunnerKubeconfig  string
+	Namespace      string
+	StateNamespace string
+	// EncryptionSecret names a Secret in Namespace that the controller creates, with a random
+	// passphrase under EncryptionSecretKey, when it does not exist (empty: none).
+	EncryptionSecret    string
+	EncryptionSecretKey string
+	Executor            string
+	RunsDir             string
+	TofuPath            string
+	MaxConcurrentRuns   int
+	RunnerKubeconfig    string
 
 	// Job executor settings.
 	RunnerImage           string
@@ -54,7 +59,10 @@ type Options struct {
 }
 
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
-	fs.StringVar(&o.Namespace, "fulfiller-namespace", env.WithDefaultString("FULFILLER_NAMESPACE", "fulfiller"), "Namespace of claim states, user data and runs")
+	fs.StringVar(&o.Namespace, "fulfiller-namespace", env.WithDefaultString("FULFILLER_NAMESPACE", "fulfiller"), "Namespace of runs, claims' user data and the Secrets classes name")
+	fs.StringVar(&o.StateNamespace, "state-namespace", env.WithDefaultString("FULFILLER_STATE_NAMESPACE", ""), "Namespace of the claims' states and locks (kubernetes backend; empty: the fulfiller namespace); runners need Secrets and Leases there only")
+	fs.StringVar(&o.EncryptionSecret, "encryption-secret", env.WithDefaultString("FULFILLER_ENCRYPTION_SECRET", ""), "Secret in the fulfiller namespace to create with a random state encryption passphrase when it is missing (empty: none)")
+	fs.StringVar(&o.EncryptionSecretKey, "encryption-secret-key", env.WithDefaultString("FULFILLER_ENCRYPTION_SECRET_KEY", "passphrase"), "Key of the passphrase in --encryption-secret")
 	fs.StringVar(&o.Executor, "executor", env.WithDefaultString("FULFILLER_EXECUTOR", ExecutorJob), "Where tofu runs: job (a Kubernetes Job per run) or local (child processes)")
 	fs.StringVar(&o.RunsDir, "runs-dir", env.WithDefaultString("FULFILLER_RUNS_DIR", "/var/lib/fulfiller/runs"), "Folder of local runs (working directories and logs)")
 	fs.StringVar(&o.TofuPath, "tofu-path", env.WithDefaultString("FULFILLER_TOFU", "tofu"), "The tofu binary (in the runner's image for the job executor)")

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/lib/pq"
@@ -34,6 +36,66 @@ func PGBackend(schema string) map[string]string {
 	return map[string]string{"schema_name": schema}
 }
 
+// ErrInvalidConnString marks a connection string lib/pq (the pg backend's driver and the
+// store's) cannot use as meant. Its messages say what is wrong and never show the value.
+var ErrInvalidConnString = errors.New("invalid connection string")
+
+// ValidatePGConnString checks a connection string the way lib/pq reads it: a
+// postgres:// (or postgresql://) URL, or key=value pairs. In a URL, a password with a '#', a
+// '/' or a '?' that is not percent-encoded cuts the URL short and points lib/pq at a host made
+// of a piece of the password; quotes, spaces and the like make it no URL at all. Such
+// characters must be percent-encoded: the error names the character and its encoding, never
+// the value.
+func ValidatePGConnString(conn string) error {
+	lower := strings.ToLower(conn)
+	scheme, rest, isURL := strings.Cut(conn, "://")
+	if !isURL || (!strings.HasPrefix(lower, "postgres://") && !strings.HasPrefix(lower, "postgresql://")) {
+		if isURL {
+			return fmt.Errorf("%w: the URL's scheme must be postgres or postgresql, not %q", ErrInvalidConnString, scheme)
+		}
+		if _, err := pq.NewConfig(conn); err != nil {
+			return fmt.Errorf("%w: it is neither a postgres:// URL nor key=value pairs lib/pq accepts", ErrInvalidConnString)
+		}
+		return nil
+	}
+	u, err := url.Parse(conn)
+	if err == nil && u.Fragment == "" && !strings.Contains(u.Path, "@") && !strings.Contains(u.RawQuery, "@") {
+		if _, err := pq.NewConfig(conn); err != nil {
+			return fmt.Errorf("%w: lib/pq does not accept the URL (check its host, port and parameters)", ErrInvalidConnString)
+		}
+		return nil
+	}
+	if strings.Contains(conn, "#") {
+		return fmt.Errorf("%w: it has a '#', which ends a URL: percent-encode it as %%23", ErrInvalidConnString)
+	}
+	// Read the user and password up to the last '@', as it was meant.
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		userinfo := rest[:at]
+		for i := 0; i < len(userinfo); i++ {
+			c := userinfo[i]
+			switch {
+			case c == '%' && (i+2 >= len(userinfo) || !isHex(userinfo[i+1]) || !isHex(userinfo[i+2])):
+				return fmt.Errorf("%w: the user or password has a '%%' that starts no %%XX escape: write it as %%25", ErrInvalidConnString)
+			case c == '/' || c == '?':
+				return fmt.Errorf("%w: the user or password has a '%c', which ends a URL's host part: percent-encode it as %%%02X", ErrInvalidConnString, c, c)
+			case !userinfoChar(c):
+				return fmt.Errorf("%w: the user or password has a character that must be percent-encoded (byte %d of the user and password: %%%02X)", ErrInvalidConnString, i+1, c)
+			}
+		}
+	}
+	return fmt.Errorf("%w: it is no valid postgres:// URL; percent-encode the characters of the user, password and database name that are not letters, digits or -._~", ErrInvalidConnString)
+}
+
+// userinfoChar reports whether c may stand unencoded in a URL's user and password as Go's
+// url.Parse (lib/pq's) reads them.
+func userinfoChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~!$&'()*+,;=:%@", c) >= 0
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
 // PGConnEnv is the environment that gives a run its connection string.
 func PGConnEnv(connStr string) map[string]string {
 	return map[string]string{PGConnEnvVar: connStr}
@@ -48,10 +110,14 @@ type PGStore struct {
 
 var _ Store = PGStore{}
 
+// open opens the database. A connection string lib/pq would misread is refused first: its
+// parse errors quote the URL, password and all.
 func (s PGStore) open() (*sql.DB, error) {
+	if err := ValidatePGConnString(s.ConnStr); err != nil {
+		return nil, fmt.Errorf("opening state database: %w", err)
+	}
 	db, err := sql.Open("postgres", s.ConnStr)
 	if err != nil {
-		// lib/pq's parse errors do not repeat the connection string.
 		return nil, fmt.Errorf("opening state database: %w", err)
 	}
 	return db, nil

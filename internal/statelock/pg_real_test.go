@@ -3,6 +3,8 @@ package statelock_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -175,5 +177,59 @@ func TestPGBackendLocking(t *testing.T) {
 	res, log = run(t, ctx, simRun(t, key, tfrunner.Apply, pgBackend(), key, env, nil))
 	if !res.Succeeded {
 		t.Fatalf("apply after the killed run: %+v\n%s", res.Error, log)
+	}
+}
+
+// TestPGConnectionStringNeverShown: a connection string whose password has an '@' or '#' that
+// is not percent-encoded breaks lib/pq's URL parsing, whose errors quote the URL or a part of
+// it cut at the '#' (or connect to a host made of a piece of the password). Whatever the run's
+// outcome, neither the password nor a piece of it is in the run log, the error message or the
+// termination message; nor is the state passphrase, which is in the run's environment too.
+func TestPGConnectionStringNeverShown(t *testing.T) {
+	ctx := context.Background()
+	conn := testenv.PostgresT(t, "states")
+	good, err := url.Parse(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, password := range []string{
+		"hunter2-at@host-looking#and-hash",
+		"only-an-at@sign-in-it",
+		"a-hash-#-in-the-middle",
+		`quote"and\backslash@db`,
+	} {
+		bad := "postgres://postgres:" + password + "@" + good.Host + good.Path + "?sslmode=disable"
+		env := map[string]string{statelock.PGConnEnvVar: bad}
+		for k, v := range encEnv {
+			env[k] = v
+		}
+		key := statelock.Key(fmt.Sprintf("pg-leak-%d", i))
+		res, log := run(t, ctx, simRun(t, string(key), tfrunner.Apply, pgBackend(), string(key), env, nil))
+		msg := ""
+		if res.Error != nil {
+			msg = res.Error.Message
+		}
+		term, err := tfrunner.TerminationMessage(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pieces := []string{password, pgPassphrase}
+		for _, p := range strings.FieldsFunc(password, func(r rune) bool { return strings.ContainsRune(`@#/?"\`, r) }) {
+			if len(p) >= 6 {
+				pieces = append(pieces, p)
+			}
+		}
+		for _, p := range pieces {
+			for what, text := range map[string]string{"run log": log, "error message": msg, "termination message": string(term)} {
+				if strings.Contains(text, p) {
+					t.Errorf("password %d: the %s shows %q:\n%s", i, what, p, text)
+				}
+			}
+		}
+		t.Logf("password %d: succeeded=%v %v", i, res.Succeeded, res.Error)
 	}
 }

@@ -99,3 +99,38 @@ func TestReleaseStale(t *testing.T) {
 		t.Errorf("releasing a free lock: %v, want ErrLockChanged", err)
 	}
 }
+
+// TestValidatePGConnString: connection strings lib/pq reads as meant pass; one whose password
+// would cut the URL short or make it no URL fails with the character to encode, and the error
+// never shows the password.
+func TestValidatePGConnString(t *testing.T) {
+	const pw = "s3cretPassw0rd"
+	for _, tc := range []struct {
+		conn string
+		want string // in the error; "" when valid
+	}{
+		{"postgres://fulfiller:" + pw + "@db:5432/states?sslmode=require", ""},
+		{"postgresql://fulfiller:" + pw + "%23%40@db/states", ""},
+		{"postgres://fulfiller:" + pw + "@with-at@db/states", ""}, // lib/pq reads up to the last '@'
+		{"postgres:///states?host=/var/run/postgresql", ""},
+		{"host=db user=fulfiller password=" + pw + " dbname=states", ""},
+		{"postgres://fulfiller:" + pw + "#x@db/states", "percent-encode it as %23"},
+		{"postgres://fulfiller:" + pw + "/x@db/states", "percent-encode it as %2F"},
+		{"postgres://fulfiller:" + pw + "?x@db/states", "percent-encode it as %3F"},
+		{"postgres://fulfiller:" + pw + "\"x@db/states", "must be percent-encoded"},
+		{"postgres://fulfiller:" + pw + " x@db/states", "must be percent-encoded"},
+		{"postgres://fulfiller:" + pw + "%zz@db/states", "%25"},
+		{"mysql://fulfiller:" + pw + "@db/states", "scheme must be postgres"},
+		{"host=db password='" + pw, "neither a postgres:// URL nor key=value"},
+	} {
+		err := ValidatePGConnString(tc.conn)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.conn, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidConnString)):
+			t.Errorf("%q: %v, want an error saying %q", tc.conn, err, tc.want)
+		case err != nil && strings.Contains(err.Error(), pw[:6]):
+			t.Errorf("%q: the error shows the password: %v", tc.conn, err)
+		}
+	}
+}

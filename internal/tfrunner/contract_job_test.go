@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -56,7 +57,9 @@ func startJobCluster(t *testing.T) *jobCluster {
 		t.Fatal(err)
 	}
 	c := &jobCluster{cp: cp, client: client, namespace: "runs", logPath: filepath.Join(t.TempDir(), "kubelet.log")}
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}}, metav1.CreateOptions{}); err != nil {
+	// The API server's Pod Security admission holds runner pods to the restricted level.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.CoreV1().ServiceAccounts(c.namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "fulfiller-runner"}}, metav1.CreateOptions{}); err != nil {
@@ -76,12 +79,14 @@ func startJobCluster(t *testing.T) *jobCluster {
 	}
 	var logMu sync.Mutex
 	k, err := kubelet.Start(ctx, kubelet.Config{
-		Client:         client,
-		NodeName:       "runner-node",
-		Labels:         map[string]string{runnerNodeLabel: "true"},
-		Dir:            t.TempDir(),
-		Binaries:       map[string]string{"fulfiller": exe},
-		Env:            []string{mainEnv + "=1"},
+		Client:   client,
+		NodeName: "runner-node",
+		Labels:   map[string]string{runnerNodeLabel: "true"},
+		Dir:      t.TempDir(),
+		Binaries: map[string]string{"fulfiller": exe},
+		Env:      []string{mainEnv + "=1"},
+		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		ImageUser: 65532, ImageGroup: 65532,
 		ServingCertPEM: certPEM, ServingKeyPEM: keyPEM,
 		ClientCAPEM: cp.CAPEM,
 		Logf: func(format string, args ...any) {
@@ -149,6 +154,17 @@ func TestJobExecutorContract(t *testing.T) {
 				return out
 			},
 			cancelledGone: true,
+			requestExists: func(t *testing.T, _ Executor, run string) bool {
+				_, err := c.client.CoreV1().Secrets(c.namespace).Get(context.Background(), run, metav1.GetOptions{})
+				return err == nil
+			},
+			runnerPod: func(t *testing.T, run string) string {
+				pods, err := c.client.CoreV1().Pods(c.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: jobNameLabel + "=" + run})
+				if err != nil || len(pods.Items) != 1 {
+					t.Fatalf("pods of run %s: %v (%d)", run, err, len(pods.Items))
+				}
+				return pods.Items[0].Name
+			},
 		})
 	})
 	t.Run("JobObjects", func(t *testing.T) { testJobObjects(t, c) })
@@ -215,18 +231,20 @@ func testJobObjects(t *testing.T, c *jobCluster) {
 		assertNoSecret(t, what, string(data))
 	}
 	// A restarted controller (a new executor) sees the run as it was.
-	if st, err := c.executor().Status(ctx, name); err != nil || st.Phase != RunSucceeded || st.Result.ProviderID == "" {
+	if st, err := c.executor().Status(ctx, name, ""); err != nil || st.Phase != RunSucceeded || st.Result.ProviderID == "" {
 		t.Errorf("status from a new executor: %+v, %v", st, err)
 	}
-	secret, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Runner pods pass the restricted Pod Security level, which the namespace enforces: a pod
+	// that does not is refused.
+	root := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "runs-as-root"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "fulfiller:test", Command: []string{"fulfiller"}}},
+	}}
+	if _, err := c.client.CoreV1().Pods(c.namespace).Create(ctx, root, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
+		t.Errorf("a pod without the restricted level's settings: %v, want it refused", err)
 	}
-	if owners := secret.OwnerReferences; len(owners) != 1 || owners[0].UID != job.UID {
-		t.Errorf("secret owners: %+v", owners)
-	}
-	if !strings.Contains(string(secret.Data[RequestFileName]), "abcdef.0123456789abcdef-SECRET") {
-		t.Errorf("the request Secret does not hold the user data")
+	// The request Secret went when the run finished; the Job and its log stay.
+	if _, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the request Secret of finished run %s: %v", name, err)
 	}
 	out, err := c.kubectlLogs(t, name)
 	if err != nil {
@@ -264,8 +282,29 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 		return err == nil && n == 0
 	})
 	req := nodeRequest(t, "deadline-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"sleep_seconds": "60"})
+	req.Labels = map[string]string{LabelNodeClaim: "deadline", LabelNodeClaimUID: "uid-deadline"}
 	if err := e.Start(ctx, req); err != nil {
 		t.Fatal(err)
+	}
+	// While the run goes on, its request is in a Secret owned by the Job, labelled like it.
+	job, err := c.client.BatchV1().Jobs(c.namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := c.client.CoreV1().Secrets(c.namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owners := secret.OwnerReferences; len(owners) != 1 || owners[0].UID != job.UID {
+		t.Errorf("secret owners: %+v", owners)
+	}
+	if !strings.Contains(string(secret.Data[RequestFileName]), "abcdef.0123456789abcdef-SECRET") {
+		t.Errorf("the request Secret does not hold the user data")
+	}
+	for _, labels := range []map[string]string{job.Labels, job.Spec.Template.Labels, secret.Labels} {
+		if labels[LabelNodeClaimUID] != "uid-deadline" || labels[LabelNodeClaim] != "deadline" {
+			t.Errorf("labels %v", labels)
+		}
 	}
 	other := nodeRequest(t, "deadline-apply-2", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
 	if err := e.Start(ctx, other); !errors.Is(err, ErrBusy) {

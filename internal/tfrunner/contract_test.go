@@ -2,10 +2,12 @@ package tfrunner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,6 +22,11 @@ type contract struct {
 	// cancelledGone: after Cancel the run no longer exists (ErrRunNotFound) instead of
 	// reporting Failed with class Cancelled.
 	cancelledGone bool
+	// runnerPod returns the name of a run's runner pod, for executors that have pods.
+	runnerPod func(t *testing.T, run string) string
+	// requestExists reports whether the run's request (with its user data and credentials)
+	// is still stored where the executor put it for the runner.
+	requestExists func(t *testing.T, e Executor, run string) bool
 }
 
 // executorContract is the behaviour every Executor shows: the same requests give the same
@@ -36,7 +43,7 @@ func executorContract(t *testing.T, c contract) {
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
-		first, err := e.Status(ctx, req.Name)
+		first, err := e.Status(ctx, req.Name, "")
 		if err != nil || first.Phase == RunSucceeded || first.Phase == RunFailed {
 			t.Fatalf("status after start: %+v, %v", first, err)
 		}
@@ -50,6 +57,10 @@ func executorContract(t *testing.T, c contract) {
 		}
 		if !st.StartTime.Equal(first.StartTime) {
 			t.Errorf("start time moved from %s to %s: a second run?", first.StartTime, st.StartTime)
+		}
+		// The request held the user data: gone once the run has finished, while the log stays.
+		if c.requestExists(t, e, req.Name) {
+			t.Errorf("the request of finished run %s is still stored", req.Name)
 		}
 		res := st.Result
 		if !strings.HasPrefix(res.ProviderID, "sim://contract-a-apply-1/") || res.NodeName != "contract-a-apply-1" ||
@@ -104,6 +115,9 @@ func executorContract(t *testing.T, c contract) {
 			if st.Result.Error.Message == "" || strings.Contains(st.Result.Error.Message, "\n") {
 				t.Errorf("message %q", st.Result.Error.Message)
 			}
+			if c.requestExists(t, e, req.Name) {
+				t.Errorf("the request of failed run %s is still stored", req.Name)
+			}
 		})
 	}
 
@@ -117,24 +131,27 @@ func executorContract(t *testing.T, c contract) {
 		}
 		lockInfo := filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")
 		eventually(t, 60*time.Second, "the run to provision, holding the lock", func() bool {
-			st, err := e.Status(ctx, req.Name)
+			st, err := e.Status(ctx, req.Name, "")
 			if err != nil || st.Phase != RunRunning {
 				return false
 			}
 			_, err = os.Stat(lockInfo)
 			return err == nil && provisioning(c.logs(t, st))
 		})
-		started := time.Now()
-		if err := e.Cancel(ctx, req.Name); err != nil {
+		if err := e.Cancel(ctx, req.Name, ""); err != nil {
 			t.Fatal(err)
 		}
-		if took := time.Since(started); took > 20*time.Second {
-			t.Errorf("cancel took %s", took)
-		}
+		waitEnded(t, e, req.Name)
 		if _, err := os.Stat(lockInfo); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the state lock was not released: %v", err)
 		}
-		st, err := e.Status(ctx, req.Name)
+		if c.cancelledGone {
+			eventually(t, time.Minute, "the cancelled run to be gone", func() bool {
+				_, err := e.Status(ctx, req.Name, "")
+				return errors.Is(err, ErrRunNotFound)
+			})
+		}
+		st, err := e.Status(ctx, req.Name, "")
 		switch {
 		case c.cancelledGone:
 			if !errors.Is(err, ErrRunNotFound) {
@@ -142,6 +159,175 @@ func executorContract(t *testing.T, c contract) {
 			}
 		case err != nil || st.Phase != RunFailed || st.Result.Error == nil || st.Result.Error.Class != Cancelled:
 			t.Errorf("status after cancel: %+v %+v, %v", st, st.Result, err)
+		}
+		if err := e.Cancel(ctx, req.Name, ""); err != nil && !errors.Is(err, ErrRunNotFound) {
+			t.Errorf("cancelling an ended run: %v", err)
+		}
+	})
+
+	// A run name at the limit of 63 characters (a claim of a 63-character NodePool name):
+	// started, found, and its state lock attributed to it while it runs and once it is gone.
+	t.Run("LongName", func(t *testing.T) {
+		t.Parallel()
+		e := c.newExecutor(t)
+		name := RunName("contract-f-"+strings.Repeat("l", 52), Apply, 1)
+		if len(name) != 63 {
+			t.Fatalf("run name %q has %d characters", name, len(name))
+		}
+		state := filepath.Join(t.TempDir(), "state.tfstate")
+		req := nodeRequest(t, name, "node", state, map[string]string{"sleep_seconds": "20"})
+		if err := e.Start(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		lockInfo := filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")
+		eventually(t, 60*time.Second, "the run to provision, holding the lock", func() bool {
+			st, err := e.Status(ctx, name, "")
+			if err != nil || st.Phase != RunRunning {
+				return false
+			}
+			_, err = os.Stat(lockInfo)
+			return err == nil && provisioning(c.logs(t, st))
+		})
+		owner := readLockOwner(t, lockInfo)
+		if c.runnerPod != nil {
+			// The Job controller cuts a long Job name short in its pod's name.
+			pod := c.runnerPod(t, name)
+			if strings.HasPrefix(pod, name+"-") || len(pod) > 63 {
+				t.Errorf("runner pod %q of run %s", pod, name)
+			}
+		}
+		attributor, ok := e.(LockAttributor)
+		if !ok {
+			t.Fatalf("%T attributes no locks", e)
+		}
+		runs := []string{"contract-f-other-apply-1", name}
+		a, err := attributor.AttributeLock(ctx, owner, runs)
+		if err != nil || a.Run != name || a.Gone {
+			t.Fatalf("lock of %s held by %s: attributed %+v, %v", name, owner.Who, a, err)
+		}
+		if a, err := attributor.AttributeLock(ctx, LockOwner{Who: "root@laptop", Created: owner.Created}, runs); err != nil || a.Run != "" {
+			t.Errorf("a lock taken by someone else attributed %+v, %v", a, err)
+		}
+		if err := e.Cancel(ctx, name, ""); err != nil {
+			t.Fatal(err)
+		}
+		// A local runner's session is gone once the provisioner it left has ended, too.
+		eventually(t, 90*time.Second, "the runner to be gone", func() bool {
+			a, err = attributor.AttributeLock(ctx, owner, runs)
+			return err == nil && a.Run == name && a.Gone
+		})
+	})
+
+	// A run's name is taken by a run of an earlier claim of the same name (deleted and made
+	// again): that run is not this claim's to adopt, read or cancel.
+	t.Run("OtherClaim", func(t *testing.T) {
+		t.Parallel()
+		e := c.newExecutor(t)
+		req := nodeRequest(t, "contract-g-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
+		req.Labels = map[string]string{LabelNodeClaimUID: "uid-old"}
+		if err := e.Start(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if st := waitDone(t, e, req.Name); st.Phase != RunSucceeded {
+			t.Fatalf("status: %+v %+v", st, st.Result)
+		}
+		again := req
+		again.Labels = map[string]string{LabelNodeClaimUID: "uid-new"}
+		if err := e.Start(ctx, again); !errors.Is(err, ErrOtherClaimsRun) {
+			t.Fatalf("start of a run whose name an earlier claim's run has: %v, want ErrOtherClaimsRun", err)
+		}
+		if _, err := e.Status(ctx, req.Name, "uid-new"); !errors.Is(err, ErrOtherClaimsRun) {
+			t.Errorf("status of another claim's run: %v, want ErrOtherClaimsRun", err)
+		}
+		if err := e.Cancel(ctx, req.Name, "uid-new"); !errors.Is(err, ErrOtherClaimsRun) {
+			t.Errorf("cancel of another claim's run: %v, want ErrOtherClaimsRun", err)
+		}
+		if st, err := e.Status(ctx, req.Name, "uid-old"); err != nil || st.Phase != RunSucceeded {
+			t.Errorf("status for the run's own claim: %+v, %v", st, err)
+		}
+		if err := e.Start(ctx, req); err != nil {
+			t.Errorf("starting the run again for its own claim: %v", err)
+		}
+	})
+
+	// Deleting many claims at once: their cancels return at once, while the runners take
+	// their time to stop (tofu finishing a provider call), so a controller's few workers are
+	// free for other claims' joins. Status says the runs are stopping until they have ended.
+	t.Run("CancelDoesNotBlock", func(t *testing.T) {
+		t.Parallel()
+		e := c.newExecutor(t)
+		const stopDelay = 10 * time.Second
+		tofu := slowStopTofu(t, stopDelay)
+		names := []string{"contract-h-apply-1", "contract-i-apply-1", "contract-j-apply-1"}
+		locks := map[string]string{}
+		for _, name := range names {
+			state := filepath.Join(t.TempDir(), "state.tfstate")
+			req := nodeRequest(t, name, "node", state, map[string]string{"sleep_seconds": "60"})
+			req.TofuPath = tofu
+			if err := e.Start(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			locks[name] = filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")
+		}
+		for _, name := range names {
+			eventually(t, 90*time.Second, "run "+name+" to provision, holding the lock", func() bool {
+				st, err := e.Status(ctx, name, "")
+				if err != nil || st.Phase != RunRunning {
+					return false
+				}
+				_, err = os.Stat(locks[name])
+				return err == nil && provisioning(c.logs(t, st))
+			})
+		}
+		// Two workers, fewer than the claims being deleted; the join comes last.
+		work := make(chan func(), len(names)+1)
+		var mu sync.Mutex
+		took := map[string]time.Duration{}
+		for _, name := range names {
+			work <- func() {
+				started := time.Now()
+				if err := e.Cancel(ctx, name, ""); err != nil {
+					t.Errorf("cancel %s: %v", name, err)
+				}
+				mu.Lock()
+				took[name] = time.Since(started)
+				mu.Unlock()
+			}
+		}
+		joined := make(chan time.Time, 1)
+		work <- func() { joined <- time.Now() }
+		close(work)
+		began := time.Now()
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				for f := range work {
+					f()
+				}
+			})
+		}
+		select {
+		case at := <-joined:
+			if wait := at.Sub(began); wait > 5*time.Second {
+				t.Errorf("the join waited %s behind %d cancels", wait.Round(time.Millisecond), len(names))
+			}
+		case <-time.After(3*stopDelay + time.Minute):
+			t.Fatal("the join never got a worker")
+		}
+		wg.Wait()
+		for _, name := range names {
+			if took[name] > 3*time.Second {
+				t.Errorf("cancel of %s took %s", name, took[name].Round(time.Millisecond))
+			}
+			if st, err := e.Status(ctx, name, ""); err != nil || st.Phase != RunStopping {
+				t.Errorf("status of %s right after cancel: %+v, %v; want Stopping", name, st, err)
+			}
+		}
+		for _, name := range names {
+			waitEnded(t, e, name)
+			if _, err := os.Stat(locks[name]); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the state lock of %s was not released: %v", name, err)
+			}
 		}
 	})
 
@@ -167,15 +353,42 @@ func executorContract(t *testing.T, c contract) {
 	t.Run("UnknownRun", func(t *testing.T) {
 		t.Parallel()
 		e := c.newExecutor(t)
-		if _, err := e.Status(ctx, "contract-nope-apply-1"); !errors.Is(err, ErrRunNotFound) {
+		if _, err := e.Status(ctx, "contract-nope-apply-1", ""); !errors.Is(err, ErrRunNotFound) {
 			t.Errorf("status: %v", err)
 		}
-		if err := e.Cancel(ctx, "contract-nope-apply-1"); !errors.Is(err, ErrRunNotFound) {
+		if err := e.Cancel(ctx, "contract-nope-apply-1", ""); !errors.Is(err, ErrRunNotFound) {
 			t.Errorf("cancel: %v", err)
 		}
-		if _, err := e.Status(ctx, "Not A Name"); !errors.Is(err, ErrRunNotFound) {
+		if _, err := e.Status(ctx, "Not A Name", ""); !errors.Is(err, ErrRunNotFound) {
 			t.Errorf("status of an invalid name: %v", err)
 		}
+	})
+}
+
+// readLockOwner reads who holds a local-backend state lock from its lock info file.
+func readLockOwner(t *testing.T, path string) LockOwner {
+	t.Helper()
+	var info struct {
+		Who     string
+		Created time.Time
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &info); err != nil || info.Who == "" {
+		t.Fatalf("lock info %s: %v", data, err)
+	}
+	return LockOwner{Who: info.Who, Created: info.Created}
+}
+
+// waitEnded polls a cancelled run's status until its runner has ended: the run has finished
+// or no longer exists.
+func waitEnded(t *testing.T, e Executor, name string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "run "+name+" to end", func() bool {
+		st, err := e.Status(context.Background(), name, "")
+		return errors.Is(err, ErrRunNotFound) || err == nil && (st.Phase == RunSucceeded || st.Phase == RunFailed)
 	})
 }
 
@@ -185,7 +398,7 @@ func waitDone(t *testing.T, e Executor, name string) RunStatus {
 	var st RunStatus
 	var err error
 	eventually(t, 90*time.Second, "run "+name+" to finish", func() bool {
-		st, err = e.Status(context.Background(), name)
+		st, err = e.Status(context.Background(), name, "")
 		return err != nil || st.Phase == RunSucceeded || st.Phase == RunFailed
 	})
 	if err != nil {
@@ -206,6 +419,10 @@ func TestLocalExecutorContract(t *testing.T) {
 		logs: func(t *testing.T, st RunStatus) string {
 			data, _ := os.ReadFile(st.LogPath)
 			return string(data)
+		},
+		requestExists: func(t *testing.T, e Executor, run string) bool {
+			_, err := os.Stat(filepath.Join(e.(*LocalExecutor).Dir, run, RequestFileName))
+			return err == nil
 		},
 	})
 }

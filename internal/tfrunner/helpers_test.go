@@ -1,6 +1,7 @@
 package tfrunner
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,6 +65,27 @@ func nodeRequest(t *testing.T, name, module, state string, params map[string]str
 		},
 		TofuPath: tofuPath(t),
 	}
+}
+
+// slowStopTofu is tofu behind a shell that passes an interrupt on only after delay, as tofu
+// that waits for a provider to finish an API call it cannot abort.
+func slowStopTofu(t *testing.T, delay time.Duration) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tofu")
+	script := fmt.Sprintf(`#!/bin/sh
+%q "$@" &
+child=$!
+trap 'sleep %d; kill -TERM "$child" 2>/dev/null' INT TERM
+while :; do
+	wait "$child"
+	rc=$?
+	kill -0 "$child" 2>/dev/null || exit "$rc"
+done
+`, tofuPath(t), int(delay/time.Second))
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // eventually polls cond until it holds or timeout passes.

@@ -26,6 +26,9 @@ import (
 const (
 	// LabelNodeClaim names the claim a run is for; callers set it through Request.Labels.
 	LabelNodeClaim = "karpenter.sh/nodeclaim"
+	// LabelNodeClaimUID is the UID of the claim a run is for (through Request.Labels): a run
+	// of the same name made for an earlier claim of the same name is not adopted.
+	LabelNodeClaimUID = "fulfiller.sh/nodeclaim-uid"
 	// LabelOperation is the run's operation (apply or destroy).
 	LabelOperation = "fulfiller.sh/operation"
 	// LabelManagedBy marks what the fulfiller created; the Job executor counts its runs by it.
@@ -50,9 +53,11 @@ const (
 
 	jobRequestDir   = "/run/request" // the request Secret, read-only
 	jobWorkDir      = "/work"        // an emptyDir: the run's Request.WorkDir
+	jobTmpDir       = "/tmp"         // an emptyDir: the root filesystem is read-only
 	runnerContainer = "runner"
 	requestVolume   = "request"
 	workVolume      = "work"
+	tmpVolume       = "tmp"
 	// jobNameLabel is set by the Job controller on a Job's pods.
 	jobNameLabel = "batch.kubernetes.io/job-name"
 	// controllerUIDLabel tells pods of a deleted Job from those of a new one of the same name.
@@ -63,6 +68,8 @@ const (
 const (
 	DefaultJobDeadline      = 30 * time.Minute
 	DefaultTTLAfterFinished = time.Hour
+	// DefaultRunnerUser is the image's non-root user and group (the Dockerfile's USER).
+	DefaultRunnerUser = 65532
 )
 
 // JobExecutor runs each run as a Kubernetes Job in Namespace, named after the run, running
@@ -108,6 +115,10 @@ type JobExecutor struct {
 	// NodeSelector and Tolerations place runner pods.
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
+	// User is the runner's user, group and fsGroup (default DefaultRunnerUser): the pod runs
+	// as it under the restricted Pod Security level, and the request Secret is given to the
+	// group.
+	User int64
 
 	mu sync.Mutex // serialises Start's count and create
 }
@@ -149,6 +160,12 @@ func (e *JobExecutor) Start(ctx context.Context, req Request) error {
 	jobs := e.Client.BatchV1().Jobs(e.Namespace)
 	job, err := jobs.Get(ctx, req.Name, metav1.GetOptions{})
 	if err == nil {
+		if err := checkOwner(req.Name, job.Labels, req.Labels[LabelNodeClaimUID]); err != nil {
+			return err
+		}
+		if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
+			return nil
+		}
 		return e.ensureSecret(ctx, job, req) // a Start that stopped between the two
 	}
 	if !apierrors.IsNotFound(err) {
@@ -234,6 +251,10 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 			LocalObjectReference: corev1.LocalObjectReference{Name: name},
 		}})
 	}
+	user := e.User
+	if user <= 0 {
+		user = DefaultRunnerUser
+	}
 	resources := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
@@ -251,6 +272,9 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(lbls)},
 				Spec: corev1.PodSpec{
+					// tofu records user@hostname as a lock's holder: the run's name, whole,
+					// where the pod's name is cut short for a long one (AttributeLock).
+					Hostname:                      req.Name,
 					RestartPolicy:                 corev1.RestartPolicyNever,
 					ServiceAccountName:            e.ServiceAccountName,
 					TerminationGracePeriodSeconds: ptr.To(int64(e.grace() / time.Second)),
@@ -258,6 +282,17 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 					NodeSelector:                  e.NodeSelector,
 					Tolerations:                   e.Tolerations,
 					Affinity:                      runnerAffinity,
+					// The restricted Pod Security level: a non-root user, the runtime's
+					// seccomp profile, no capabilities, no privilege escalation; and a
+					// read-only root filesystem. fsGroup gives the request Secret's file to
+					// the runner's group (a kubelet makes it root-owned, mode 0440).
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To(user),
+						RunAsGroup:     ptr.To(user),
+						FSGroup:        ptr.To(user),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
 					Containers: []corev1.Container{{
 						Name:            runnerContainer,
 						Image:           e.Image,
@@ -268,7 +303,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 							"--work-dir", jobWorkDir,
 							"--termination-log", TerminationLogPath,
 						},
-						Env:                      append([]corev1.EnvVar{{Name: ServiceAccountDirEnv, Value: ServiceAccountDir}}, e.Env...),
+						Env:                      append([]corev1.EnvVar{{Name: ServiceAccountDirEnv, Value: ServiceAccountDir}, {Name: "TMPDIR", Value: jobTmpDir}}, e.Env...),
 						EnvFrom:                  envFrom,
 						Resources:                resources,
 						TerminationMessagePath:   TerminationLogPath,
@@ -276,9 +311,11 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: requestVolume, MountPath: jobRequestDir, ReadOnly: true},
 							{Name: workVolume, MountPath: jobWorkDir},
+							{Name: tmpVolume, MountPath: jobTmpDir},
 						},
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 						},
 					}},
@@ -287,6 +324,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 							SecretName: req.Name, DefaultMode: ptr.To[int32](0o440),
 						}}},
 						{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 					},
 				},
 			},
@@ -309,8 +347,11 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Status implements Executor. LogPath is "job/<name>", what `kubectl logs` takes.
-func (e *JobExecutor) Status(ctx context.Context, name string) (RunStatus, error) {
+// Status implements Executor. LogPath is "job/<name>", what `kubectl logs` takes. Once the
+// run has finished, its request Secret is deleted (the Job, and so its log, stays for
+// TTLAfterFinished). A cancelled run's Job is deleted in the foreground: it stays, marked
+// for deletion, until its pod is gone, and Status reports RunStopping meanwhile.
+func (e *JobExecutor) Status(ctx context.Context, name, claimUID string) (RunStatus, error) {
 	if validateName(name) != nil {
 		return RunStatus{}, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
@@ -321,11 +362,41 @@ func (e *JobExecutor) Status(ctx context.Context, name string) (RunStatus, error
 	if err != nil {
 		return RunStatus{}, fmt.Errorf("reading Job %s: %w", name, err)
 	}
+	if err := checkOwner(name, job.Labels, claimUID); err != nil {
+		return RunStatus{}, err
+	}
 	st := RunStatus{Name: name, Phase: RunPending, LogPath: "job/" + name, StartTime: job.CreationTimestamp.UTC()}
 	pods, err := e.pods(ctx, job)
 	if err != nil {
 		return st, err
 	}
+	if st.Result = jobResult(job, pods); st.Result != nil {
+		st.Phase = RunFailed
+		if st.Result.Succeeded {
+			st.Phase = RunSucceeded
+		}
+		return st, e.deleteRequest(ctx, job)
+	}
+	if job.DeletionTimestamp != nil {
+		if !runnersEnded(pods) {
+			st.Phase = RunStopping
+			return st, nil
+		}
+		now := time.Now().UTC()
+		st.Phase, st.Result = RunFailed, &Result{Operation: Operation(job.Labels[LabelOperation]), Started: st.StartTime, Finished: now,
+			Error: newRunError(Cancelled, "run cancelled")}
+		return st, nil
+	}
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodRunning {
+			st.Phase = RunRunning
+		}
+	}
+	return st, nil
+}
+
+// jobResult is the result of a finished run: the one its runner wrote, or why it has none.
+func jobResult(job *batchv1.Job, pods []*corev1.Pod) *Result {
 	op := Operation(job.Labels[LabelOperation])
 	deadline := jobCondition(job, "DeadlineExceeded")
 	// A runner that wrote its result decides, even before the Job controller has noticed;
@@ -335,24 +406,23 @@ func (e *JobExecutor) Status(ctx context.Context, name string) (RunStatus, error
 			if deadline != nil && res.Error != nil && res.Error.Class == Cancelled {
 				res.Error = newRunError(Timeout, "the run's deadline passed: "+deadline.Message)
 			}
-			st.Result, st.Phase = &res, RunFailed
-			if res.Succeeded {
-				st.Phase = RunSucceeded
-			}
-			return st, nil
+			return &res
 		}
 	}
 	if cond, done := jobFinished(job); done {
-		res := &Result{Operation: op, Started: st.StartTime, Finished: cond.LastTransitionTime.UTC(), Error: lostRunError(job, cond, deadline, pods)}
-		st.Phase, st.Result = RunFailed, res
-		return st, nil
+		return &Result{Operation: op, Started: job.CreationTimestamp.UTC(), Finished: cond.LastTransitionTime.UTC(), Error: lostRunError(job, cond, deadline, pods)}
 	}
-	for _, p := range pods {
-		if p.Status.Phase == corev1.PodRunning {
-			st.Phase = RunRunning
-		}
+	return nil
+}
+
+// deleteRequest deletes a finished run's request Secret, which holds the claim's user data
+// and credentials.
+func (e *JobExecutor) deleteRequest(ctx context.Context, job *batchv1.Job) error {
+	err := e.Client.CoreV1().Secrets(e.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting request Secret %s: %w", job.Name, err)
 	}
-	return st, nil
+	return nil
 }
 
 // pods lists the pods of this Job (not of an earlier Job of the same name), newest first.
@@ -438,13 +508,13 @@ func lostRunError(job *batchv1.Job, finished, deadline *batchv1.JobCondition, po
 	return newRunError(Unknown, fmt.Sprintf("runner Job failed without a result: %s: %s", finished.Reason, finished.Message))
 }
 
-// Cancel implements Executor: it deletes the Job (the request Secret goes with it). Its pod
+// Cancel implements Executor: it deletes the Job in the foreground and returns. The Job's pod
 // is deleted gracefully, so the runner gets SIGTERM, interrupts tofu and waits for it to
-// release its lock, within the pod's grace period. Cancel returns once the runner has ended
-// (or the grace period and a margin passed); the run is then gone: Status reports
-// ErrRunNotFound, like a run never started. Cancelling a finished run does nothing, so its
-// log stays readable.
-func (e *JobExecutor) Cancel(ctx context.Context, name string) error {
+// release its lock, within the pod's grace period; the request Secret goes with the Job.
+// Meanwhile Status reports RunStopping; once the pod is gone, so is the Job, and Status
+// reports ErrRunNotFound, like a run never started. Cancelling a finished run does nothing, so
+// its log stays readable.
+func (e *JobExecutor) Cancel(ctx context.Context, name, claimUID string) error {
 	if validateName(name) != nil {
 		return fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
@@ -456,33 +526,20 @@ func (e *JobExecutor) Cancel(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("reading Job %s: %w", name, err)
 	}
-	if _, done := jobFinished(job); done {
+	if err := checkOwner(name, job.Labels, claimUID); err != nil {
+		return err
+	}
+	if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
 		return nil
 	}
 	err = jobs.Delete(ctx, name, metav1.DeleteOptions{
-		PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+		PropagationPolicy: ptr.To(metav1.DeletePropagationForeground),
 		Preconditions:     &metav1.Preconditions{UID: &job.UID},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Job %s: %w", name, err)
 	}
-	timer := time.NewTimer(e.grace() + 30*time.Second)
-	defer timer.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		pods, err := e.pods(ctx, job)
-		if err == nil && runnersEnded(pods) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-			return fmt.Errorf("cancelling run %s: %w", name, errStillRunning)
-		case <-tick.C:
-		}
-	}
+	return nil
 }
 
 // runnersEnded reports whether no pod of a deleted Job runs its runner any more.

@@ -24,8 +24,11 @@ import (
 type RunPhase string
 
 const (
-	RunPending   RunPhase = "Pending"
-	RunRunning   RunPhase = "Running"
+	RunPending RunPhase = "Pending"
+	RunRunning RunPhase = "Running"
+	// RunStopping: the run was cancelled and its runner has not ended yet (tofu is releasing
+	// its lock).
+	RunStopping  RunPhase = "Stopping"
 	RunSucceeded RunPhase = "Succeeded"
 	RunFailed    RunPhase = "Failed"
 )
@@ -43,17 +46,31 @@ type RunStatus struct {
 	Progress string
 }
 
+// Done reports whether the run has finished (Succeeded or Failed): its runner has ended.
+func (s RunStatus) Done() bool {
+	return s.Phase == RunSucceeded || s.Phase == RunFailed
+}
+
 // Executor starts runs somewhere (a child process, a Kubernetes Job) and reports on them. Runs
 // outlive the process that started them; any Executor on the same store sees them.
+//
+// A run belongs to the claim whose UID its request carries in Labels[LabelNodeClaimUID]. A
+// run of the same name that belongs to another claim (an earlier claim of the same name,
+// deleted and made again) is not this claim's run: Start, Status and Cancel return
+// ErrOtherClaimsRun for it. An empty claimUID matches any run.
 type Executor interface {
-	// Start starts the run req.Name. It is idempotent: when a run of that name exists, it
-	// does nothing and returns nil.
+	// Start starts the run req.Name. It is idempotent: when a run of that name exists for the
+	// same claim, it does nothing and returns nil.
 	Start(ctx context.Context, req Request) error
-	// Status reports on a run; ErrRunNotFound when there is none of that name.
-	Status(ctx context.Context, name string) (RunStatus, error)
-	// Cancel interrupts a run (SIGINT, so tofu releases its lock), and kills it when it has
-	// not stopped after a grace period. Cancelling a finished run does nothing.
-	Cancel(ctx context.Context, name string) error
+	// Status reports on a run; ErrRunNotFound when there is none of that name. Once a run
+	// has finished, the stored request (the claim's user data and credentials) is removed;
+	// its log stays readable.
+	Status(ctx context.Context, name, claimUID string) (RunStatus, error)
+	// Cancel starts stopping a run and returns without waiting: the runner is interrupted
+	// (so tofu releases its lock) and killed when it has not stopped after a grace period.
+	// Until the runner has ended, Status reports RunStopping. Cancelling a finished run does
+	// nothing.
+	Cancel(ctx context.Context, name, claimUID string) error
 }
 
 var (
@@ -61,15 +78,39 @@ var (
 	ErrRunNotFound = errors.New("run not found")
 	// ErrBusy: the executor runs as many runs as it may; start this one later.
 	ErrBusy = errors.New("too many runs in progress")
+	// ErrOtherClaimsRun: a run of that name exists, but for another claim (UID).
+	ErrOtherClaimsRun = errors.New("the run belongs to another claim")
 )
 
-// Files in a local run's folder, which is also the run's Request.WorkDir.
+// checkOwner returns ErrOtherClaimsRun when a run labelled with labels belongs to a claim
+// other than claimUID. A run without the label (made before runs were labelled) and an empty
+// claimUID match.
+func checkOwner(name string, labels map[string]string, claimUID string) error {
+	theirs := labels[LabelNodeClaimUID]
+	if claimUID == "" || theirs == "" || theirs == claimUID {
+		return nil
+	}
+	return fmt.Errorf("run %s: %w (claim uid %s, not %s)", name, ErrOtherClaimsRun, theirs, claimUID)
+}
+
+// Files in a local run's folder, which is also the run's Request.WorkDir. The request holds
+// the claim's user data and credentials: the runner removes it once it has read it.
 const (
 	RequestFileName = "request.json"
 	ResultFileName  = "result.json"
 	LogFileName     = "run.log"
 	PIDFileName     = "pid"
+	// RunInfoFileName holds what the executor keeps of the request: operation and labels.
+	RunInfoFileName = "run.json"
+	// cancelFileName marks a cancelled run; its time starts the grace period.
+	cancelFileName = "cancelled"
 )
+
+// runInfo is the part of a request that stays with a local run: nothing secret.
+type runInfo struct {
+	Operation Operation         `json:"operation"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
 
 // DefaultMaxConcurrent bounds local runs when LocalExecutor.MaxConcurrent is 0.
 const DefaultMaxConcurrent = 4
@@ -137,7 +178,7 @@ func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, err := os.Stat(dir); err == nil {
-		return nil
+		return checkOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
 	}
 	limit := e.MaxConcurrent
 	if limit <= 0 {
@@ -169,6 +210,9 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 	if err != nil {
 		return err
 	}
+	if err := writeJSON(filepath.Join(dir, RunInfoFileName), runInfo{Operation: req.Operation, Labels: req.Labels}); err != nil {
+		return err
+	}
 	reqPath := filepath.Join(dir, RequestFileName)
 	if err := WriteRequest(reqPath, req); err != nil {
 		return err
@@ -178,7 +222,7 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 		return fmt.Errorf("creating run log: %w", err)
 	}
 	defer func() { _ = logFile.Close() }() // the child has its own descriptor
-	args := append(append([]string{}, command[1:]...), "--request", reqPath)
+	args := append(append([]string{}, command[1:]...), "--request", reqPath, "--remove-request")
 	cmd := exec.Command(command[0], args...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -220,7 +264,7 @@ func (e *LocalExecutor) inProgress() (int, error) {
 }
 
 // Status implements Executor.
-func (e *LocalExecutor) Status(ctx context.Context, name string) (RunStatus, error) {
+func (e *LocalExecutor) Status(ctx context.Context, name, claimUID string) (RunStatus, error) {
 	if validateName(name) != nil {
 		return RunStatus{}, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
@@ -231,6 +275,10 @@ func (e *LocalExecutor) Status(ctx context.Context, name string) (RunStatus, err
 	}
 	if err != nil {
 		return RunStatus{}, fmt.Errorf("reading run %s: %w", name, err)
+	}
+	run := readRunInfo(dir)
+	if err := checkOwner(name, run.Labels, claimUID); err != nil {
+		return RunStatus{}, err
 	}
 	st := RunStatus{Name: name, Phase: RunPending, LogPath: filepath.Join(dir, LogFileName), StartTime: info.ModTime()}
 	pid, started, hasPID := readPID(dir)
@@ -243,6 +291,15 @@ func (e *LocalExecutor) Status(ctx context.Context, name string) (RunStatus, err
 	switch {
 	case hasPID && runnerAlive(pid, dir):
 		st.Phase = RunRunning
+		if cancelled, ok := cancelTime(dir); ok {
+			st.Phase = RunStopping
+			if time.Since(cancelled) > e.grace() {
+				// Still running after the grace period: kill the whole session (the runner
+				// is its leader; tofu dies with its parent).
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
+			return st, nil
+		}
 		st.Progress = lastProgress(st.LogPath)
 		return st, nil
 	case !hasPID && time.Since(info.ModTime()) < startWindow:
@@ -256,15 +313,35 @@ func (e *LocalExecutor) Status(ctx context.Context, name string) (RunStatus, err
 	if !hasPID {
 		msg = "runner was not started"
 	}
-	res := &Result{Error: &RunError{Class: Unknown, Message: msg}, Started: st.StartTime}
-	if req, err := ReadRequest(filepath.Join(dir, RequestFileName)); err == nil {
-		res.Operation = req.Operation
+	res := &Result{Operation: run.Operation, Error: &RunError{Class: Unknown, Message: msg}, Started: st.StartTime}
+	if _, cancelled := cancelTime(dir); cancelled {
+		res.Error = newRunError(Cancelled, "run cancelled; the runner was killed after its grace period")
 	}
 	if info, err := os.Stat(st.LogPath); err == nil {
 		res.Finished = info.ModTime().UTC()
 	}
+	removeRequest(dir)
 	st.Phase, st.Result = RunFailed, res
 	return st, nil
+}
+
+// readRunInfo reads what a run keeps of its request; for a run made before run.json
+// existed, from its request while that is still there.
+func readRunInfo(dir string) runInfo {
+	var info runInfo
+	if err := readJSON(filepath.Join(dir, RunInfoFileName), &info); err == nil {
+		return info
+	}
+	if req, err := ReadRequest(filepath.Join(dir, RequestFileName)); err == nil {
+		info = runInfo{Operation: req.Operation, Labels: req.Labels}
+	}
+	return info
+}
+
+// removeRequest removes a finished run's request, which a runner that died before reading it
+// left behind.
+func removeRequest(dir string) {
+	_ = os.Remove(filepath.Join(dir, RequestFileName))
 }
 
 // finished fills st from the run's result file, when there is one.
@@ -276,6 +353,7 @@ func finished(dir string, st *RunStatus) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading result of run %s: %w", st.Name, err)
 	}
+	removeRequest(dir)
 	st.Result, st.Phase = &res, RunFailed
 	if res.Succeeded {
 		st.Phase = RunSucceeded
@@ -283,10 +361,17 @@ func finished(dir string, st *RunStatus) (bool, error) {
 	return true, nil
 }
 
-// Cancel implements Executor. It blocks until the runner has exited: up to Grace after
-// SIGINT, then it kills the runner's session. When ctx ends first it returns ctx's error and
-// the run goes on stopping by itself.
-func (e *LocalExecutor) Cancel(ctx context.Context, name string) error {
+func (e *LocalExecutor) grace() time.Duration {
+	if e.Grace > 0 {
+		return e.Grace
+	}
+	return TofuInterruptGrace + 30*time.Second
+}
+
+// Cancel implements Executor: it interrupts the runner (SIGINT; the runner interrupts tofu)
+// once, marks the run cancelled and returns. Status reports the run Stopping while the runner
+// lives, and kills the runner's session once Grace has passed since the cancel.
+func (e *LocalExecutor) Cancel(_ context.Context, name, claimUID string) error {
 	if validateName(name) != nil {
 		return fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
@@ -294,49 +379,34 @@ func (e *LocalExecutor) Cancel(ctx context.Context, name string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("run %s: %w", name, ErrRunNotFound)
 	}
+	if err := checkOwner(name, readRunInfo(dir).Labels, claimUID); err != nil {
+		return err
+	}
 	pid, _, ok := readPID(dir)
 	if !ok || !runnerAlive(pid, dir) {
 		return nil
 	}
+	marker, err := os.OpenFile(filepath.Join(dir, cancelFileName), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil // interrupted already: a second interrupt would make tofu stop without releasing its lock
+	}
+	if err != nil {
+		return fmt.Errorf("cancelling run %s: %w", name, err)
+	}
+	_ = marker.Close()
 	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("interrupting run %s: %w", name, err)
-	}
-	grace := e.Grace
-	if grace <= 0 {
-		grace = TofuInterruptGrace + 30*time.Second
-	}
-	if err := waitExit(ctx, pid, dir, grace); err == nil || ctx.Err() != nil {
-		return err
-	}
-	// Still running after the grace period: kill the whole session (the runner is its
-	// leader; tofu dies with its parent).
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("killing run %s: %w", name, err)
-	}
-	if err := waitExit(ctx, pid, dir, 10*time.Second); err != nil {
-		return fmt.Errorf("killing run %s: %w", name, err)
 	}
 	return nil
 }
 
-var errStillRunning = errors.New("runner still running")
-
-// waitExit polls until the runner is gone, ctx ends or d passes.
-func waitExit(ctx context.Context, pid int, dir string, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for runnerAlive(pid, dir) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-			return errStillRunning
-		case <-tick.C:
-		}
+// cancelTime is when the run was cancelled.
+func cancelTime(dir string) (time.Time, bool) {
+	info, err := os.Stat(filepath.Join(dir, cancelFileName))
+	if err != nil {
+		return time.Time{}, false
 	}
-	return nil
+	return info.ModTime(), true
 }
 
 // readPID reads a run's pid file and when it was written.

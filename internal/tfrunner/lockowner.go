@@ -7,12 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 )
@@ -53,31 +55,48 @@ var (
 	_ LockAttributor = (*JobExecutor)(nil)
 )
 
-// AttributeLock implements LockAttributor for runner pods: tofu records its hostname, which
-// in a pod is the pod's name, and the Job controller names a Job's pods "<job>-<suffix>".
-// A runner is gone when its pod no longer exists or its runner container has terminated
-// (the container runtime kills whatever the container left behind).
+// AttributeLock implements LockAttributor for runner pods: tofu records its hostname, and a
+// runner pod's hostname is its run's name (the Job's pod template sets it: the Job controller
+// cuts long Job names short in pod names). A lock taken by a pod made before that, whose
+// hostname is its pod's name, is attributed by the pod's batch.kubernetes.io/job-name label
+// while the pod exists. A runner is gone when no pod of its Job's name is left that has not
+// terminated (the container runtime kills whatever a container left behind).
 func (e *JobExecutor) AttributeLock(ctx context.Context, owner LockOwner, runs []string) (Attribution, error) {
 	host := owner.Host()
-	for _, run := range runs {
-		if !strings.HasPrefix(host, run+"-") {
-			continue
-		}
+	run := ""
+	if slices.Contains(runs, host) {
+		run = host
+	} else if validateName(host) == nil {
 		pod, err := e.Client.CoreV1().Pods(e.Namespace).Get(ctx, host, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return Attribution{Run: run, Gone: true, Detail: fmt.Sprintf("runner pod %s of run %s no longer exists", host, run)}, nil
 		case err != nil:
 			return Attribution{}, fmt.Errorf("reading runner pod %s: %w", host, err)
-		case pod.Labels[jobNameLabel] != run:
-			continue
-		case runnerState(pod) != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-			return Attribution{Run: run, Gone: true, Detail: fmt.Sprintf("runner pod %s of run %s has terminated", host, run)}, nil
-		default:
-			return Attribution{Run: run, Detail: fmt.Sprintf("runner pod %s of run %s is running", host, run)}, nil
+		case slices.Contains(runs, pod.Labels[jobNameLabel]):
+			run = pod.Labels[jobNameLabel]
 		}
 	}
-	return Attribution{}, nil
+	if run == "" {
+		return Attribution{}, nil
+	}
+	pods, err := e.Client.CoreV1().Pods(e.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{jobNameLabel: run}).String(),
+	})
+	if err != nil {
+		return Attribution{}, fmt.Errorf("listing runner pods of run %s: %w", run, err)
+	}
+	var ended []string
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if runnerState(pod) == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			return Attribution{Run: run, Detail: fmt.Sprintf("runner pod %s of run %s is running", pod.Name, run)}, nil
+		}
+		ended = append(ended, pod.Name)
+	}
+	if len(ended) == 0 {
+		return Attribution{Run: run, Gone: true, Detail: fmt.Sprintf("no runner pod of run %s exists any more", run)}, nil
+	}
+	return Attribution{Run: run, Gone: true, Detail: fmt.Sprintf("runner pod %s of run %s has terminated", strings.Join(ended, ", "), run)}, nil
 }
 
 // AttributeLock implements LockAttributor for local runs: tofu records this machine's

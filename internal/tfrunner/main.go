@@ -2,9 +2,11 @@ package tfrunner
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +23,9 @@ import (
 //	--termination-log PATH
 //	                write the result, compact and at most MaxTerminationMessage bytes, in
 //	                place to PATH (a container's termination message file)
+//	--remove-request
+//	                remove the request file once it is read: it holds the claim's user data
+//	                and credentials (a local run's; a Job's is a read-only Secret volume)
 //
 // The run log goes to stdout (the local executor points stdout at run.log; in a Job it is
 // what `kubectl logs` shows). SIGINT and SIGTERM interrupt tofu, which releases its state
@@ -37,11 +42,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	resultPath := flags.String("result", "", "path of the result file (default: "+ResultFileName+" next to the request)")
 	workDir := flags.String("work-dir", "", "run in this folder instead of the request's workDir")
 	terminationLog := flags.String("termination-log", "", "write the compact result in place to this file (a container's termination message)")
+	removeRequest := flags.Bool("remove-request", false, "remove the request file once it is read")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
 	if *requestPath == "" || flags.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: fulfiller run --request PATH [--result PATH] [--work-dir PATH] [--termination-log PATH]")
+		fmt.Fprintln(stderr, "usage: fulfiller run --request PATH [--result PATH] [--work-dir PATH] [--termination-log PATH] [--remove-request]")
 		return 2
 	}
 	if *resultPath == "" && *terminationLog == "" {
@@ -53,7 +59,13 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	var res Result
-	if req, err := ReadRequest(*requestPath); err != nil {
+	req, err := ReadRequest(*requestPath)
+	if *removeRequest {
+		if rmErr := os.Remove(*requestPath); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+			fmt.Fprintf(stderr, "fulfiller run: removing the request: %v\n", rmErr)
+		}
+	}
+	if err != nil {
 		now := time.Now().UTC()
 		res = Result{Started: now, Finished: now, Error: newRunError(Unknown, "reading request: "+err.Error())}
 		fmt.Fprintf(stderr, "fulfiller run: reading request: %v\n", err)

@@ -1,10 +1,13 @@
 package tfrunner
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -135,6 +138,45 @@ func TestRunLogRedactsAndCollects(t *testing.T) {
 	diags := l.diagnostics()
 	if len(diags) != 1 || diags[0].Summary != "boom" || diags[0].Detail != "saw (redacted)" {
 		t.Errorf("diagnostics = %+v", diags)
+	}
+}
+
+// TestEnvSecrets: the secrets inside a run's environment are found where tools print them
+// from: a connection string's password (read up to the last '@', and up to the first), the
+// key=value form's password, and the passphrase of the encryption configuration.
+func TestEnvSecrets(t *testing.T) {
+	enc, _ := json.Marshal(map[string]any{"key_provider": map[string]any{"pbkdf2": map[string]any{"k": map[string]any{"passphrase": "pass$${phrase}-0123456789"}}}})
+	values, passwords, pieces := envSecrets(map[string]string{
+		"PG_CONN_STR":   "postgres://u:pa@ss#word/x@db:5432/states",
+		"OTHER_DB":      "host=db user=u password=kv-secret-1 dbname=x",
+		"TF_ENCRYPTION": string(enc),
+		"HCLOUD_TOKEN":  "hcloud-token-value",
+	})
+	for _, want := range []string{"hcloud-token-value", "postgres://u:pa@ss#word/x@db:5432/states"} {
+		if !slices.Contains(values, want) {
+			t.Errorf("values %q lack %q", values, want)
+		}
+	}
+	for _, want := range []string{"pa@ss#word/x", "pa", "kv-secret-1", "pass$${phrase}-0123456789", "pass${phrase}-0123456789"} {
+		if !slices.Contains(passwords, want) {
+			t.Errorf("passwords %q lack %q", passwords, want)
+		}
+	}
+	for _, want := range []string{"ss", "word", "x"} {
+		if !slices.Contains(pieces, want) {
+			t.Errorf("pieces %q lack %q", pieces, want)
+		}
+	}
+	var out strings.Builder
+	l := newRunLog(&out, nil)
+	l.addSecrets(minEnvLen, values)
+	l.addSecrets(minEnvLen, passwords)
+	l.addSecrets(minPieceLen, pieces)
+	l.note("error", `parse "postgres://u:pa@ss": lookup word on dns; key kv-secret-1; `+strconv.Quote(`pass${phrase}-0123456789`))
+	for _, leaked := range []string{"ss#", "word", "kv-secret-1", "phrase}-0123"} {
+		if strings.Contains(out.String(), leaked) {
+			t.Errorf("the log shows %q: %s", leaked, out.String())
+		}
 	}
 }
 

@@ -6,11 +6,14 @@
 package tfrunner
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -119,9 +122,33 @@ func (r Request) Validate() error {
 	return nil
 }
 
+// maxNameLen is the longest run name: a Job's name is also the value of its pods'
+// batch.kubernetes.io/job-name label, and the runner pod's hostname.
+const maxNameLen = 63
+
+// RunName names the run of one operation of a claim: "<claim>-<operation>-<attempt>"
+// (sim-x7k2q-apply-1). When that is no DNS-1123 label of at most 63 characters (a claim of a
+// long NodePool name, or one with dots), it is the claim's name cut short with dots made
+// dashes, a hash of the full name, and the operation and attempt:
+// "<claim prefix>-<hash>-<operation>-<attempt>". The same arguments always give the same
+// name, so a restarted controller finds its runs.
+func RunName(claim string, op Operation, attempt int) string {
+	full := fmt.Sprintf("%s-%s-%d", claim, op, attempt)
+	if validateName(full) == nil {
+		return full
+	}
+	sum := sha256.Sum256([]byte(full))
+	suffix := fmt.Sprintf("-%s-%s-%d", hex.EncodeToString(sum[:4]), op, attempt)
+	prefix := strings.ReplaceAll(claim, ".", "-")
+	if n := maxNameLen - len(suffix); len(prefix) > n {
+		prefix = prefix[:max(n, 0)]
+	}
+	return strings.Trim(prefix, "-") + suffix
+}
+
 // validateName accepts a DNS-1123 label: what Kubernetes accepts as a Job name.
 func validateName(name string) error {
-	if name == "" || len(name) > 63 {
+	if name == "" || len(name) > maxNameLen {
 		return fmt.Errorf("run name %q must have 1 to 63 characters", name)
 	}
 	for i, c := range name {

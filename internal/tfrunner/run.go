@@ -32,13 +32,20 @@ const (
 
 // Run performs one tofu operation for one claim. It has no error return: every failure ends
 // up, classified, in Result.Error. Each line of tofu's `-json` output is copied
-// to log as it arrives (with the values of sensitive variables redacted), together with a few
-// lines of the runner's own in the same JSON shape. Cancelling ctx interrupts tofu (SIGINT)
+// to log as it arrives, together with a few lines of the runner's own in the same JSON shape.
+// The log and Result.Error's message have every secret redacted: the user data, the values of
+// sensitive variables, and every value of the request's environment and the runner's
+// TofuEnvPrefix variables (credentials, the connection string, the encryption configuration)
+// with the passwords and passphrases inside them. Cancelling ctx interrupts tofu (SIGINT)
 // and waits for it to stop, so it releases the state lock; the result then has class
 // Cancelled (or Timeout when ctx's deadline passed).
 func Run(ctx context.Context, req Request, log io.Writer) Result {
 	res := Result{Operation: req.Operation, Started: time.Now().UTC()}
 	out := newRunLog(log, secretValues(req.Variables, nil))
+	values, passwords, pieces := envSecrets(req.Env, tofuEnvFromRunner())
+	out.addSecrets(minEnvLen, values)
+	out.addSecrets(minEnvLen, passwords)
+	out.addSecrets(minPieceLen, pieces)
 	out.note("info", fmt.Sprintf("%s of run %s started", req.Operation, req.Name))
 
 	err := run(ctx, req, out, &res)
@@ -77,7 +84,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if _, ok := info.Outputs[OutputProviderID]; !ok && req.Operation == Apply {
 		return fmt.Errorf("%w: the module has no output %s", ErrInvalidModule, OutputProviderID)
 	}
-	out.addSecrets(secretValues(req.Variables, info))
+	out.addSecrets(minSecretLen, secretValues(req.Variables, info))
 	if err := writeBackendFile(moduleDir, req.Backend); err != nil {
 		return err
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +34,7 @@ func newRunLog(w io.Writer, secrets []string) *runLog {
 	l := &runLog{w: w}
 	l.out.line = l.stdoutLine
 	l.errOut.line = l.stderrLine
-	l.addSecrets(secrets)
+	l.addSecrets(minSecretLen, secrets)
 	return l
 }
 
@@ -81,6 +83,7 @@ func (l *runLog) note(level, msg string) {
 
 // message writes a log line in the shape of tofu's own messages.
 func (l *runLog) message(level, module, msg string) {
+	msg = l.redact(msg)
 	line, _ := json.Marshal(struct {
 		Level     string `json:"@level"`
 		Message   string `json:"@message"`
@@ -100,9 +103,18 @@ func (l *runLog) write(line string) {
 	_, l.err = io.WriteString(l.w, line+"\n")
 }
 
-// addSecrets makes the log replace each secret, its JSON-escaped form, and each of its longer
-// lines (provisioners print output line by line) with "(redacted)".
-func (l *runLog) addSecrets(secrets []string) {
+// Shortest values that are redacted: shorter ones would take common words out of the log.
+const (
+	minSecretLen = 8  // a variable's value (user data, sensitive variables)
+	minEnvLen    = 6  // a value of the run's environment, or a password in it
+	minPieceLen  = 4  // a piece of a password between URL delimiters
+	minLineLen   = 16 // a line of a multi-line secret
+)
+
+// addSecrets makes the log replace each secret of at least min bytes, the forms it takes in
+// JSON and in Go's quoted strings (error messages quote URLs), and each of its longer lines
+// (provisioners print output line by line) with "(redacted)".
+func (l *runLog) addSecrets(min int, secrets []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	seen := map[string]bool{}
@@ -110,18 +122,17 @@ func (l *runLog) addSecrets(secrets []string) {
 		seen[s] = true
 	}
 	add := func(s string, min int) {
-		if len(s) >= min && !seen[s] {
-			seen[s] = true
-			l.secrets = append(l.secrets, s)
+		for _, form := range []string{s, jsonEscape(s), goQuoted(s), jsonEscape(goQuoted(s))} {
+			if len(form) >= min && !seen[form] {
+				seen[form] = true
+				l.secrets = append(l.secrets, form)
+			}
 		}
 	}
 	for _, s := range secrets {
-		add(s, 8)
-		add(jsonEscape(s), 8)
+		add(s, min)
 		for _, line := range strings.Split(s, "\n") {
-			line = strings.TrimSpace(line)
-			add(line, 16)
-			add(jsonEscape(line), 16)
+			add(strings.TrimSpace(line), minLineLen)
 		}
 	}
 	// Longest first, so a whole value is replaced before any of its lines.
@@ -146,6 +157,80 @@ func (l *runLog) redact(s string) string {
 func jsonEscape(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b[1 : len(b)-1])
+}
+
+// goQuoted is s as %q prints it, without the quotes.
+func goQuoted(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// envSecrets are the values of a run's environment that came with its request or the
+// runner's TofuEnvPrefix variables — provider credentials, the state backend's connection
+// string, the encryption configuration — with the passwords and passphrases inside them,
+// which a tool may print on its own.
+func envSecrets(envs ...map[string]string) (values, passwords, pieces []string) {
+	for _, env := range envs {
+		for _, v := range env {
+			values = append(values, v)
+			for _, pw := range embeddedPasswords(v) {
+				passwords = append(passwords, pw)
+				// A password with an unencoded URL delimiter breaks its URL there: errors then
+				// show the URL, or a host, cut at it.
+				pieces = append(pieces, strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@#/?", r) })...)
+			}
+		}
+	}
+	return values, passwords, pieces
+}
+
+// embeddedPasswords finds passwords inside a value: a URL's (scheme://user:password@host,
+// read leniently: with the last '@' and with the first one), a key=value connection string's
+// password=..., and the passphrase, password, secret or token strings of a JSON document
+// (with HCL's template escapes undone, as the encryption configuration has them).
+func embeddedPasswords(v string) []string {
+	var out []string
+	if _, rest, ok := strings.Cut(v, "://"); ok {
+		for _, at := range []int{strings.LastIndex(rest, "@"), strings.Index(rest, "@")} {
+			if at < 0 {
+				continue
+			}
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+				out = append(out, pw)
+				if unescaped, err := url.PathUnescape(pw); err == nil && unescaped != pw {
+					out = append(out, unescaped)
+				}
+			}
+		}
+	}
+	for _, field := range strings.Fields(v) {
+		if key, value, ok := strings.Cut(field, "="); ok && strings.EqualFold(key, "password") {
+			out = append(out, strings.Trim(value, "'"))
+		}
+	}
+	var doc any
+	if json.Unmarshal([]byte(v), &doc) == nil {
+		var walk func(key string, x any)
+		walk = func(key string, x any) {
+			switch x := x.(type) {
+			case map[string]any:
+				for k, child := range x {
+					walk(k, child)
+				}
+			case []any:
+				for _, child := range x {
+					walk(key, child)
+				}
+			case string:
+				k := strings.ToLower(key)
+				if strings.Contains(k, "pass") || strings.Contains(k, "secret") || strings.Contains(k, "token") {
+					out = append(out, x, strings.NewReplacer("$${", "${", "%%{", "%{").Replace(x))
+				}
+			}
+		}
+		walk("", doc)
+	}
+	return out
 }
 
 // parseDiagnostic returns the diagnostic of a `-json` message line of type "diagnostic".

@@ -94,7 +94,7 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 			for {
-				st, err := executor.Status(ctx, r.Name)
+				st, err := executor.Status(ctx, r.Name, "")
 				if err != nil {
 					b.Fatal(err)
 				}

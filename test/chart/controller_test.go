@@ -1,8 +1,11 @@
 package chart
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -158,6 +161,11 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 	if err := yaml.Unmarshal([]byte(filled), &nc.Object); err != nil {
 		t.Fatal(err)
 	}
+	// States encrypted with the passphrase the controller made on its first start.
+	if err := unstructured.SetNestedMap(nc.Object, map[string]any{"keySecretRef": map[string]any{
+		"name": "fulfiller-state-encryption", "key": "passphrase"}}, "spec", "backend", "encryption"); err != nil {
+		t.Fatal(err)
+	}
 	dyn := dynamic.NewForConfigOrDie(cp.Config)
 	ncs := dyn.Resource(schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "tofunodeclasses"})
 	if _, err := ncs.Create(ctx, nc, metav1.CreateOptions{}); err != nil {
@@ -219,8 +227,12 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 	if claim == "" {
 		claim = nodeName
 	}
-	if _, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{}); err != nil {
+	state, err := cs.CoreV1().Secrets(stateNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{})
+	if err != nil {
 		fail("the runner's state of claim %s: %v", claim, err)
+	}
+	if plain := gunzip(t, state.Data["tfstate"]); !strings.Contains(plain, `"encrypted_data"`) {
+		t.Errorf("the state of claim %s is not encrypted:\n%.300s", claim, plain)
 	}
 	poll("the claim's bootstrap token to be revoked", time.Minute, func(ctx context.Context) (bool, error) {
 		tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/nodeclaim=" + claim})
@@ -235,10 +247,10 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		if err != nil || len(list.Items) > 0 {
 			return false, err
 		}
-		_, err = cs.CoreV1().Secrets(releaseNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{})
+		_, err = cs.CoreV1().Secrets(stateNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
-	if _, err := cs.CoordinationV1().Leases(releaseNS).Get(ctx, "lock-tfstate-default-"+claim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := cs.CoordinationV1().Leases(stateNS).Get(ctx, "lock-tfstate-default-"+claim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the lock Lease of claim %s is still there: %v", claim, err)
 	}
 	t.Logf("claim %s: applied, joined as node %s, destroyed and its state removed", claim, nodeName)
@@ -328,10 +340,12 @@ func startRunnerKubelet(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 	}
 	logs := &testenv.SyncBuffer{}
 	k, err := kubelet.Start(ctx, kubelet.Config{
-		Client:         cs,
-		NodeName:       "runner-node",
-		Dir:            filepath.Join(dir, "kubelet"),
-		Binaries:       map[string]string{"fulfiller": bin},
+		Client:   cs,
+		NodeName: "runner-node",
+		Dir:      filepath.Join(dir, "kubelet"),
+		Binaries: map[string]string{"fulfiller": bin},
+		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		ImageUser: 65532, ImageGroup: 65532,
 		APIServer:      strings.TrimPrefix(cp.Server, "https://"),
 		ServingCertPEM: cert, ServingKeyPEM: key,
 		ClientCAPEM: cp.CAPEM,
@@ -346,4 +360,17 @@ func startRunnerKubelet(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 			t.Logf("stand-in kubelet log:\n%s", tail(logs.String(), 4000))
 		}
 	})
+}
+
+func gunzip(t *testing.T, data []byte) string {
+	t.Helper()
+	r, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("the state is not gzip: %v", err)
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }

@@ -3,6 +3,7 @@ package chart
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-const releaseNS = "fulfiller-system"
+const (
+	releaseNS = "fulfiller-system"
+	// stateNS holds the claims' states and locks: the chart's default, "<release namespace>-states".
+	stateNS = releaseNS + "-states"
+)
 
 // TestInstall installs the chart with `helm install` into the real control plane, checks what
 // it created, asks the authorizer what each ServiceAccount may do, runs tofu with the
@@ -41,8 +46,15 @@ func TestInstall(t *testing.T) {
 		waitEstablished(ctx, t, ext, name)
 	}
 
+	// The release namespace enforces the restricted Pod Security level: the API server's
+	// admission checks the controller's pods and every runner pod.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every feature gate the values have, on: the controller must start with each of them.
 	out, err := helmCmd(t, "install", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
-		"--namespace", releaseNS, "--create-namespace", "--timeout", "2m")
+		"--namespace", releaseNS, "--timeout", "2m", "-f", allFeatureGates(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +62,12 @@ func TestInstall(t *testing.T) {
 	_, notes, ok := strings.Cut(out, "NOTES:")
 	if !ok || !strings.Contains(notes, "name: fulfiller-state-encryption") || strings.Contains(notes, "WARNING") {
 		t.Errorf("helm install's output and notes:\n%s", out)
+	}
+	// The states' namespace, kept on uninstall.
+	if ns, err := cs.CoreV1().Namespaces().Get(ctx, stateNS, metav1.GetOptions{}); err != nil {
+		t.Errorf("the state namespace: %v", err)
+	} else if ns.Annotations["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("the state namespace %s is not kept on uninstall: %v", stateNS, ns.Annotations)
 	}
 
 	// What helm created is served by the API server: our CRDs established, the Deployment,
@@ -69,21 +87,40 @@ func TestInstall(t *testing.T) {
 			t.Errorf("ServiceAccount %s: %v", sa, err)
 		}
 	}
-	passphrase := readPassphrase(ctx, t, cs)
+	// The chart renders no passphrase (helm template would make a new one each time): the
+	// controller creates it on its first start.
+	if _, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the passphrase Secret before the controller ever ran: %v", err)
+	}
 
+	// The authorizer's table: a runner may use the states and their locks, and nothing else —
+	// no Secret that is not a state (the passphrase, credentials, user data with a live join
+	// token, run requests, bootstrap tokens), no Lease that is not a lock.
 	t.Run("runner RBAC", func(t *testing.T) {
 		runner := serviceAccountUser("fulfiller-runner")
 		for _, a := range []access{
-			{"get", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
-			{"list", "", "secrets", releaseNS, "", true},
-			{"create", "", "secrets", releaseNS, "", true},
-			{"update", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
-			{"delete", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
-			{"get", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
-			{"create", "coordination.k8s.io", "leases", releaseNS, "", true},
-			{"update", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
-			{"delete", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
-			// Nothing else.
+			{"get", "", "secrets", stateNS, "tfstate-default-claim-a", true},
+			{"list", "", "secrets", stateNS, "", true},
+			{"create", "", "secrets", stateNS, "", true},
+			{"update", "", "secrets", stateNS, "tfstate-default-claim-a", true},
+			{"delete", "", "secrets", stateNS, "tfstate-default-claim-a", true},
+			{"get", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
+			{"create", "coordination.k8s.io", "leases", stateNS, "", true},
+			{"update", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
+			{"delete", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
+			// No Secret of the release namespace: the passphrase, credentials, user data, requests.
+			{"get", "", "secrets", releaseNS, "fulfiller-state-encryption", false},
+			{"get", "", "secrets", releaseNS, "hcloud", false},
+			{"get", "", "secrets", releaseNS, "claim-a-userdata", false},
+			{"get", "", "secrets", releaseNS, "claim-a-apply-1", false},
+			{"list", "", "secrets", releaseNS, "", false},
+			{"watch", "", "secrets", releaseNS, "", false},
+			{"create", "", "secrets", releaseNS, "", false},
+			// No leader election.
+			{"get", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", false},
+			{"update", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", false},
+			{"create", "coordination.k8s.io", "leases", releaseNS, "", false},
+			// Nothing elsewhere.
 			{"get", "", "secrets", "kube-system", "bootstrap-token-abcdef", false},
 			{"list", "", "secrets", "kube-system", "", false},
 			{"get", "", "secrets", "default", "", false},
@@ -92,8 +129,11 @@ func TestInstall(t *testing.T) {
 			{"create", "", "pods", releaseNS, "", false},
 			{"create", "batch", "jobs", releaseNS, "", false},
 			{"get", "", "pods", releaseNS, "", false},
+			{"create", "", "pods", stateNS, "", false},
+			{"get", "", "configmaps", stateNS, "", false},
 			{"list", "", "nodes", "", "", false},
 			{"list", "fulfiller.sh", "fulfillments", "", "", false},
+			{"get", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
 			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", false},
 		} {
 			a.check(ctx, t, cs, runner)
@@ -111,10 +151,15 @@ func TestInstall(t *testing.T) {
 			{"get", "", "pods/log", releaseNS, "claim-a-apply-1-xyz", true},
 			{"create", "", "secrets", releaseNS, "", true},
 			{"list", "", "secrets", releaseNS, "", true},
-			{"delete", "", "secrets", releaseNS, "tfstate-default-claim-a", true},
+			{"delete", "", "secrets", releaseNS, "claim-a-apply-1", true},
 			{"get", "", "configmaps", releaseNS, "kube-root-ca.crt", true},
-			{"get", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
-			{"delete", "coordination.k8s.io", "leases", releaseNS, "lock-tfstate-default-claim-a", true},
+			// States and locks: read, a stale lock released, both removed after a destroy.
+			{"get", "", "secrets", stateNS, "tfstate-default-claim-a", true},
+			{"delete", "", "secrets", stateNS, "tfstate-default-claim-a", true},
+			{"get", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
+			{"update", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
+			{"delete", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
+			// Leader election.
 			{"update", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", true},
 			{"create", "coordination.k8s.io", "leases", releaseNS, "", true},
 			// Bootstrap tokens in kube-system, cluster-info, the preflight.
@@ -146,6 +191,20 @@ func TestInstall(t *testing.T) {
 			{"create", "", "pods", releaseNS, "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 			{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
+			// Not what it never does: write a TofuNodeClass's spec (only its status), write
+			// states (tofu does), touch other Leases of its namespace, or anything in the
+			// state namespace beyond states and locks.
+			{"update", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
+			{"patch", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
+			{"delete", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
+			{"create", "fulfiller.sh", "tofunodeclasses", "", "", false},
+			{"create", "", "secrets", stateNS, "", false},
+			{"update", "", "secrets", stateNS, "tfstate-default-claim-a", false},
+			{"list", "", "secrets", stateNS, "", false},
+			{"create", "coordination.k8s.io", "leases", stateNS, "", false},
+			{"update", "coordination.k8s.io", "leases", releaseNS, "someone-elses-lease", false},
+			{"delete", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", false},
+			{"create", "", "pods", stateNS, "", false},
 		} {
 			a.check(ctx, t, cs, controller)
 		}
@@ -160,6 +219,15 @@ func TestInstall(t *testing.T) {
 	})
 
 	t.Run("passphrase survives upgrade and uninstall", func(t *testing.T) {
+		// The controller made it on its first start; the release does not own it.
+		passphrase := readPassphrase(ctx, t, cs)
+		secret, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if secret.Labels["app.kubernetes.io/managed-by"] == "Helm" || secret.Annotations["meta.helm.sh/release-name"] != "" {
+			t.Errorf("the passphrase Secret belongs to the helm release: %v %v", secret.Labels, secret.Annotations)
+		}
 		if _, err := helmCmd(t, "upgrade", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
 			"--namespace", releaseNS, "--set", "runner.ttl=1h"); err != nil {
 			t.Fatal(err)
@@ -183,7 +251,32 @@ func TestInstall(t *testing.T) {
 		if _, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the Deployment is still there after uninstall: %v", err)
 		}
+		if _, err := cs.CoreV1().Namespaces().Get(ctx, stateNS, metav1.GetOptions{}); err != nil {
+			t.Errorf("the state namespace went with the release: %v", err)
+		}
 	})
+}
+
+// allFeatureGates writes a values file that turns on every feature gate values.yaml has.
+func allFeatureGates(t *testing.T) string {
+	t.Helper()
+	var values struct {
+		Settings struct {
+			FeatureGates map[string]bool `json:"featureGates"`
+		} `json:"settings"`
+	}
+	readYAML(t, filepath.Join(chart, "values.yaml"), &values)
+	if len(values.Settings.FeatureGates) == 0 {
+		t.Fatal("values.yaml has no feature gates")
+	}
+	var b strings.Builder
+	b.WriteString("settings:\n  featureGates:\n")
+	for gate := range values.Settings.FeatureGates {
+		fmt.Fprintf(&b, "    %s: true\n", gate)
+	}
+	path := filepath.Join(t.TempDir(), "all-feature-gates.yaml")
+	writeFile(t, path, b.String())
+	return path
 }
 
 // access is one question to the authorizer.
@@ -238,8 +331,10 @@ func runTofuAsRunner(ctx context.Context, t *testing.T, cs kubernetes.Interface)
 		t.Fatal(err)
 	}
 	asRunner := kubernetes.NewForConfigOrDie(runnerConfig)
-	if _, err := asRunner.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("the runner token listed kube-system's Secrets: %v", err)
+	for _, ns := range []string{"kube-system", releaseNS} {
+		if _, err := asRunner.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the runner token listed %s's Secrets: %v", ns, err)
+		}
 	}
 	if _, err := asRunner.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the runner token listed pods: %v", err)
@@ -275,16 +370,16 @@ output "provider_id" {
 		return out.String()
 	}
 	writeFile(t, filepath.Join(dir, "empty.tfrc"), "")
-	tofuRun("init", "-input=false", "-backend-config=secret_suffix=chart-test", "-backend-config=namespace="+releaseNS)
+	tofuRun("init", "-input=false", "-backend-config=secret_suffix=chart-test", "-backend-config=namespace="+stateNS)
 	tofuRun("apply", "-input=false", "-auto-approve")
-	state, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "tfstate-default-chart-test", metav1.GetOptions{})
+	state, err := cs.CoreV1().Secrets(stateNS).Get(ctx, "tfstate-default-chart-test", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the runner's apply wrote no state Secret: %v", err)
 	}
 	if len(state.Data["tfstate"]) == 0 {
 		t.Error("the state Secret is empty")
 	}
-	if _, err := cs.CoordinationV1().Leases(releaseNS).Get(ctx, "lock-tfstate-default-chart-test", metav1.GetOptions{}); err != nil {
+	if _, err := cs.CoordinationV1().Leases(stateNS).Get(ctx, "lock-tfstate-default-chart-test", metav1.GetOptions{}); err != nil {
 		t.Errorf("the runner's apply took no lock Lease: %v", err)
 	}
 	tofuRun("destroy", "-input=false", "-auto-approve")

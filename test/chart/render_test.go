@@ -65,6 +65,9 @@ func TestDefaults(t *testing.T) {
 		"FULFILLER_MAX_CONCURRENT_RUNS":      "8",
 		"FULFILLER_RUNNER_NODE_SELECTOR":     "{}",
 		"FULFILLER_RUNNER_TOLERATIONS":       "[]",
+		"FULFILLER_STATE_NAMESPACE":          "fulfiller-system-states",
+		"FULFILLER_ENCRYPTION_SECRET":        "fulfiller-state-encryption",
+		"FULFILLER_ENCRYPTION_SECRET_KEY":    "passphrase",
 	}
 	for name, value := range want {
 		if got := envValue(t, env, name); got != value {
@@ -182,13 +185,25 @@ func TestDefaults(t *testing.T) {
 	find[*corev1.ServiceAccount](t, m, pod.ServiceAccountName)
 	find[*corev1.ServiceAccount](t, m, want["FULFILLER_RUNNER_SERVICE_ACCOUNT"])
 
-	// State encryption is on: a random passphrase, kept on uninstall.
-	secret := find[*corev1.Secret](t, m, "fulfiller-state-encryption")
-	if n := len(secret.Data["passphrase"]); n != 48 {
-		t.Errorf("passphrase has %d bytes, want 48", n)
+	// State encryption is on, but the chart renders no passphrase (a render must not make a
+	// new one): the controller creates the Secret when it is missing (FULFILLER_ENCRYPTION_SECRET).
+	for _, s := range all[*corev1.Secret](m) {
+		t.Errorf("the chart renders Secret %s", s.Name)
 	}
-	if secret.Annotations["helm.sh/resource-policy"] != "keep" {
-		t.Error("the passphrase Secret is not kept on uninstall")
+
+	// The states have a namespace of their own, kept on uninstall; the runners' Role is there
+	// and only there.
+	stateNS := find[*corev1.Namespace](t, m, "fulfiller-system-states")
+	if stateNS.Annotations["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("the state namespace is not kept on uninstall: %v", stateNS.Annotations)
+	}
+	for _, role := range all[*rbacv1.Role](m) {
+		if role.Name == "fulfiller-runner" && role.Namespace != "fulfiller-system-states" {
+			t.Errorf("runner Role in namespace %s", role.Namespace)
+		}
+	}
+	if runner := find[*rbacv1.Role](t, m, "fulfiller-runner"); runner.Namespace != "fulfiller-system-states" {
+		t.Errorf("runner Role in %s", runner.Namespace)
 	}
 
 	// No ServiceMonitor unless asked for; no DRA rules unless DRA is on.
@@ -219,6 +234,7 @@ runner:
 leaderElection: {enabled: false}
 replicas: 1
 stateEncryption: {create: false, existingSecret: my-passphrase}
+stateNamespace: {name: tofu-states, create: false}
 metrics:
   serviceMonitor: {enabled: true, interval: 30s, additionalLabels: {release: prom}}
 settings:
@@ -239,6 +255,7 @@ settings:
 		"FULFILLER_MAX_CONCURRENT_RUNS":      "3",
 		"FULFILLER_APPLY_DEADLINE":           "45m",
 		"FULFILLER_DESTROY_DEADLINE":         "1h30m",
+		"FULFILLER_STATE_NAMESPACE":          "tofu-states",
 	}
 	for name, value := range want {
 		if got := envValue(t, env, name); got != value {
@@ -265,11 +282,19 @@ settings:
 		t.Errorf("karpenter options %+v do not follow the overrides", opts)
 	}
 
-	// The runner ServiceAccount keeps its given name, and its RoleBinding names it.
+	// The runner ServiceAccount keeps its given name, and its RoleBinding (in the state
+	// namespace, which exists already) names it.
 	find[*corev1.ServiceAccount](t, m, "tofu")
 	rb := find[*rbacv1.RoleBinding](t, m, "fulfiller-runner")
-	if len(rb.Subjects) != 1 || rb.Subjects[0].Name != "tofu" || rb.Subjects[0].Namespace != "tofu" {
-		t.Errorf("runner RoleBinding subjects %+v", rb.Subjects)
+	if len(rb.Subjects) != 1 || rb.Subjects[0].Name != "tofu" || rb.Subjects[0].Namespace != "tofu" || rb.Namespace != "tofu-states" {
+		t.Errorf("runner RoleBinding %s/%s subjects %+v", rb.Namespace, rb.Name, rb.Subjects)
+	}
+	if nss := all[*corev1.Namespace](m); len(nss) != 0 {
+		t.Errorf("namespace %s rendered with stateNamespace.create false", nss[0].Name)
+	}
+	// With an existing passphrase Secret, the controller creates none.
+	if _, set := env["FULFILLER_ENCRYPTION_SECRET"]; set {
+		t.Error("FULFILLER_ENCRYPTION_SECRET set with stateEncryption.existingSecret")
 	}
 	// An existing passphrase Secret: none is created.
 	for _, s := range all[*corev1.Secret](m) {
@@ -285,6 +310,24 @@ settings:
 	}
 	if pdbs := all[*policyv1.PodDisruptionBudget](m); len(pdbs) != 1 {
 		t.Errorf("%d PodDisruptionBudgets", len(pdbs))
+	}
+}
+
+// TestRenderIsStable: rendering the chart twice gives the same manifest, as Argo CD and
+// `helm template | kubectl apply` need: nothing random (a passphrase made anew on every
+// render would make every encrypted state unreadable).
+func TestRenderIsStable(t *testing.T) {
+	for _, args := range [][]string{nil, {"--set", "stateEncryption.create=false,stateEncryption.existingSecret=mine"}} {
+		render := func() string {
+			out, err := helmCmd(t, append([]string{"template", "fulfiller", chart, "--namespace", "fulfiller"}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		if first, second := render(), render(); first != second {
+			t.Errorf("two renders with %v differ", args)
+		}
 	}
 }
 

@@ -42,7 +42,7 @@ func TestKilledRunnerLockIsRecovered(t *testing.T) {
 		}
 		f = ffs[0]
 		var err error
-		holder, err = statelock.LockHolder(ctx, env.kube, devenv.Namespace, statelock.Key(f.Spec.StateKey))
+		holder, err = statelock.LockHolder(ctx, env.kube, devenv.StateNamespace, statelock.Key(f.Spec.StateKey))
 		return holder != nil, err
 	})
 	killed := f.Status.Runs[0].Name

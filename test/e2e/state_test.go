@@ -83,7 +83,7 @@ func TestEncryptedStatesInPostgres(t *testing.T) {
 		t.Errorf("the state row is not encrypted:\n%.300s", data)
 	}
 	secrets := &corev1.SecretList{}
-	if err := env.kube.List(ctx, secrets, client.InNamespace(devenv.Namespace), client.MatchingLabels{"tfstate": "true"}); err != nil {
+	if err := env.kube.List(ctx, secrets, client.InNamespace(devenv.StateNamespace), client.MatchingLabels{"tfstate": "true"}); err != nil {
 		t.Fatal(err)
 	}
 	if len(secrets.Items) != 0 {

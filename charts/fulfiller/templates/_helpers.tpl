@@ -95,6 +95,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* The namespace of the claims' states and locks. */}}
+{{- define "fulfiller.stateNamespace" -}}
+{{- default (printf "%s-states" .Release.Namespace | trunc 63 | trimSuffix "-") .Values.stateNamespace.name }}
+{{- end }}
+
 {{/* Karpenter's FEATURE_GATES value from settings.featureGates (sorted by name). */}}
 {{- define "fulfiller.featureGates" -}}
 {{- $gates := list }}

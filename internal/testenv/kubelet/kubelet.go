@@ -55,6 +55,10 @@ type Config struct {
 	// Env is added to every container's environment before the pod's own (e.g. what turns a
 	// test binary into the runner). PATH is inherited from this process unless set here.
 	Env []string
+	// ImageUser and ImageGroup are the user and group the image runs as when a pod sets none
+	// (the fulfiller image's are 65532): the container's files must be usable by them (see
+	// identity.go). Zero is root.
+	ImageUser, ImageGroup int64
 	// ServingCertPEM and ServingKeyPEM are the log endpoint's certificate (the API server
 	// does not verify it unless started with --kubelet-certificate-authority).
 	ServingCertPEM, ServingKeyPEM []byte

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -139,6 +140,18 @@ func (k *Kubelet) runPod(ctx context.Context, pod *corev1.Pod, w *podWorker) {
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
+	}
+	var fails *errContainerFails
+	if errors.As(err, &fails) {
+		// On a real node the container would start and fail: say why in its log.
+		k.cfg.Logf("kubelet: pod %s: %v", name, err)
+		_ = os.WriteFile(logPath, []byte("stand-in kubelet: "+fails.msg+"\n"), 0o600)
+		k.mu.Lock()
+		k.logs[logKey(pod.Namespace, pod.Name, container.Name)] = &containerLog{path: logPath, done: closedChan()}
+		k.mu.Unlock()
+		now := metav1.Now()
+		k.finish(ctx, pod, container, &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: now, FinishedAt: now}, isClosed(w.deleting))
+		return
 	}
 	if err == nil && isClosed(w.deleting) {
 		err = errors.New("pod deleted before its container started")
@@ -317,6 +330,12 @@ func readAtMost(path string, n int, tail bool) string {
 	return string(data)
 }
 
+func closedChan() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
 func isClosed(ch chan struct{}) bool {
 	select {
 	case <-ch:
@@ -341,18 +360,39 @@ func notYet(err error) error {
 // its paths rewritten (see the package comment).
 func (k *Kubelet) prepare(ctx context.Context, pod *corev1.Pod, dir string) (cmd *exec.Cmd, termPath, logPath string, err error) {
 	c := pod.Spec.Containers[0]
+	logPath = filepath.Join(dir, c.Name+".log")
+	id, err := k.containerIdentity(pod, c)
+	if err != nil {
+		return nil, "", logPath, err
+	}
 	volumes := map[string]string{}
+	writable := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		local := filepath.Join(dir, "volumes", v.Name)
 		if err := os.MkdirAll(local, 0o700); err != nil {
 			return nil, "", "", err
 		}
+		// An emptyDir is world-writable; Secret and projected volumes are tmpfs mounts
+		// (world-writable and sticky), ConfigMaps wrapped emptyDirs. The files in them are
+		// read-only for the container; fsGroup then gives the pod's group access.
+		mode := fs.FileMode(0o777)
+		if v.Secret != nil || v.Projected != nil {
+			mode |= fs.ModeSticky
+		}
+		if err := os.Chmod(local, mode); err != nil {
+			return nil, "", "", err
+		}
 		if err := k.fillVolume(ctx, pod, v, local); err != nil {
 			return nil, "", "", fmt.Errorf("volume %s: %w", v.Name, err)
 		}
+		if err := setVolumeOwnership(local, fsGroup(pod), v.EmptyDir == nil); err != nil {
+			return nil, "", "", fmt.Errorf("volume %s: setting its ownership: %w", v.Name, err)
+		}
 		volumes[v.Name] = local
+		writable[v.Name] = v.EmptyDir != nil
 	}
 	var paths pathMap
+	var mounts []accessMount
 	for _, m := range c.VolumeMounts {
 		local, ok := volumes[m.Name]
 		if !ok {
@@ -362,14 +402,22 @@ func (k *Kubelet) prepare(ctx context.Context, pod *corev1.Pod, dir string) (cmd
 			local = filepath.Join(local, m.SubPath)
 		}
 		paths = append(paths, pathMapping{from: filepath.Clean(m.MountPath), to: local})
+		mounts = append(mounts, accessMount{containerPath: m.MountPath, local: local, write: writable[m.Name] && !m.ReadOnly})
 	}
+	// A kubelet makes the termination message file writable for any user.
 	termPath = filepath.Join(dir, "termination-log")
 	if err := os.WriteFile(termPath, nil, 0o666); err != nil {
+		return nil, "", "", err
+	}
+	if err := os.Chmod(termPath, 0o666); err != nil {
 		return nil, "", "", err
 	}
 	containerTerm := c.TerminationMessagePath
 	if containerTerm == "" {
 		containerTerm = corev1.TerminationMessagePathDefault
+	}
+	if err := checkAccess(id, mounts, termPath, containerTerm); err != nil {
+		return nil, "", logPath, err
 	}
 	paths = append(paths, pathMapping{from: containerTerm, to: termPath})
 	sort.Slice(paths, func(i, j int) bool { return len(paths[i].from) > len(paths[j].from) })
@@ -393,10 +441,10 @@ func (k *Kubelet) prepare(ctx context.Context, pod *corev1.Pod, dir string) (cmd
 	if bin, ok := k.cfg.Binaries[argv[0]]; ok {
 		argv[0] = bin
 	}
-	// The container gets its own UTS namespace with the pod's name as hostname, as a container
-	// runtime gives it (tofu records user@hostname as its state lock's holder). The shell
-	// sets it and then becomes the command.
-	argv = append([]string{"/bin/sh", "-c", `echo "$0" > /proc/sys/kernel/hostname && exec "$@"`, pod.Name}, argv...)
+	// The container gets its own UTS namespace with the pod's hostname, as a container runtime
+	// gives it (tofu records user@hostname as its state lock's holder). The shell sets it and
+	// then becomes the command.
+	argv = append([]string{"/bin/sh", "-c", `echo "$0" > /proc/sys/kernel/hostname && exec "$@"`, podHostname(pod)}, argv...)
 	cmd = exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Dir = dir
@@ -404,7 +452,7 @@ func (k *Kubelet) prepare(ctx context.Context, pod *corev1.Pod, dir string) (cmd
 		cmd.Dir = paths.rewrite(c.WorkingDir)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWUTS}
-	return cmd, termPath, filepath.Join(dir, c.Name+".log"), nil
+	return cmd, termPath, logPath, nil
 }
 
 // fillVolume writes a volume's files: Secrets, ConfigMaps and projected service-account
@@ -440,7 +488,7 @@ func (k *Kubelet) fillVolume(ctx context.Context, pod *corev1.Pod, v corev1.Volu
 		return writeKeys(local, stringsToBytes(cm.Data), v.ConfigMap.Items, ptr.Deref(v.ConfigMap.DefaultMode, 0o644))
 	case v.Projected != nil:
 		for _, src := range v.Projected.Sources {
-			if err := k.fillProjection(ctx, pod, src, local); err != nil {
+			if err := k.fillProjection(ctx, pod, src, local, ptr.Deref(v.Projected.DefaultMode, 0o644)); err != nil {
 				return err
 			}
 		}
@@ -449,7 +497,7 @@ func (k *Kubelet) fillVolume(ctx context.Context, pod *corev1.Pod, v corev1.Volu
 	return errors.New("the stand-in kubelet supports emptyDir, secret, configMap and projected volumes only")
 }
 
-func (k *Kubelet) fillProjection(ctx context.Context, pod *corev1.Pod, src corev1.VolumeProjection, local string) error {
+func (k *Kubelet) fillProjection(ctx context.Context, pod *corev1.Pod, src corev1.VolumeProjection, local string, mode int32) error {
 	core := k.cfg.Client.CoreV1()
 	switch {
 	case src.ServiceAccountToken != nil:
@@ -463,7 +511,24 @@ func (k *Kubelet) fillProjection(ctx context.Context, pod *corev1.Pod, src corev
 		if err != nil {
 			return fmt.Errorf("requesting a token: %w", err)
 		}
-		return os.WriteFile(filepath.Join(local, src.ServiceAccountToken.Path), []byte(tr.Status.Token), 0o600)
+		// As a kubelet writes it: private (0600) to the pod's user when all its containers
+		// run as one, or to its fsGroup; otherwise with the volume's mode.
+		path := filepath.Join(local, src.ServiceAccountToken.Path)
+		user := fsUser(pod)
+		tokenMode := os.FileMode(mode)
+		if user != nil || fsGroup(pod) != nil {
+			tokenMode = 0o600
+		}
+		if err := os.WriteFile(path, []byte(tr.Status.Token), tokenMode); err != nil {
+			return err
+		}
+		if err := os.Chmod(path, tokenMode); err != nil {
+			return err
+		}
+		if user != nil {
+			return os.Chown(path, int(*user), -1)
+		}
+		return nil
 	case src.ConfigMap != nil:
 		cm, err := core.ConfigMaps(pod.Namespace).Get(ctx, src.ConfigMap.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -472,7 +537,7 @@ func (k *Kubelet) fillProjection(ctx context.Context, pod *corev1.Pod, src corev
 		if err != nil {
 			return err
 		}
-		return writeKeys(local, stringsToBytes(cm.Data), src.ConfigMap.Items, 0o644)
+		return writeKeys(local, stringsToBytes(cm.Data), src.ConfigMap.Items, mode)
 	case src.Secret != nil:
 		s, err := core.Secrets(pod.Namespace).Get(ctx, src.Secret.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -481,7 +546,7 @@ func (k *Kubelet) fillProjection(ctx context.Context, pod *corev1.Pod, src corev
 		if err != nil {
 			return err
 		}
-		return writeKeys(local, s.Data, src.Secret.Items, 0o644)
+		return writeKeys(local, s.Data, src.Secret.Items, mode)
 	case src.DownwardAPI != nil:
 		for _, item := range src.DownwardAPI.Items {
 			if item.FieldRef == nil {
@@ -491,12 +556,30 @@ func (k *Kubelet) fillProjection(ctx context.Context, pod *corev1.Pod, src corev
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(local, item.Path), []byte(value), 0o644); err != nil {
+			path := filepath.Join(local, item.Path)
+			perm := os.FileMode(ptr.Deref(item.Mode, mode))
+			if err := os.WriteFile(path, []byte(value), perm); err != nil {
+				return err
+			}
+			if err := os.Chmod(path, perm); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// podHostname is a pod's hostname as a kubelet sets it: spec.hostname, or the pod's name, at
+// most 63 characters without a trailing dash or dot.
+func podHostname(pod *corev1.Pod) string {
+	host := pod.Name
+	if pod.Spec.Hostname != "" {
+		host = pod.Spec.Hostname
+	}
+	if len(host) > 63 {
+		host = strings.TrimRight(host[:63], "-.")
+	}
+	return host
 }
 
 func nonEmpty(s string) []string {
@@ -518,7 +601,7 @@ func writeKeys(dir string, data map[string][]byte, items []corev1.KeyToPath, mod
 			return fmt.Errorf("no key %s", item.Key)
 		}
 		path := filepath.Join(dir, item.Path)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
 		perm := os.FileMode(ptr.Deref(item.Mode, mode))
@@ -544,7 +627,7 @@ func stringsToBytes(m map[string]string) map[string][]byte {
 // then the container's envFrom and env (values, Secret and ConfigMap keys, pod fields).
 func (k *Kubelet) environment(ctx context.Context, pod *corev1.Pod, c corev1.Container) ([]string, error) {
 	core := k.cfg.Client.CoreV1()
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOSTNAME=" + pod.Name}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOSTNAME=" + podHostname(pod)}
 	if host, port, err := net.SplitHostPort(k.cfg.APIServer); err == nil {
 		env = append(env, "KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
 	}
