@@ -26,6 +26,11 @@ const (
 	DefaultCapacityType   = "on-demand"
 	// DefaultPGSchema is the pg backend's schema when the class names none.
 	DefaultPGSchema = "fulfiller"
+	// DefaultMetadataURL and DefaultProviderIDPrefix are Hetzner Cloud's (docs.hetzner.cloud
+	// "Server Metadata"): where a machine of a type without a provider ID template reads its
+	// instance ID, and what goes before it.
+	DefaultMetadataURL      = "http://169.254.169.254/hetzner/v1/metadata/instance-id"
+	DefaultProviderIDPrefix = "hcloud://"
 )
 
 // ApplyDeadline is how long an apply of the type may take (deadlines.apply).
@@ -51,6 +56,21 @@ func (in *NodeType) GPUDeadline() time.Duration {
 // CustomDeadline is the custom gates' deadline from registration (deadlines.custom).
 func (in *NodeType) CustomDeadline() time.Duration {
 	return durationOr(in.Deadlines.Custom, DefaultCustomDeadline)
+}
+
+// ProviderIDFromOrDefault is where a machine of the type reads its instance ID and the prefix
+// of its provider ID (providerIDFrom), used when no template makes the provider ID known.
+func (in *NodeType) ProviderIDFromOrDefault() ProviderIDFrom {
+	out := ProviderIDFrom{MetadataURL: DefaultMetadataURL, Prefix: DefaultProviderIDPrefix}
+	if from := in.ProviderIDFrom; from != nil {
+		if from.MetadataURL != "" {
+			out.MetadataURL = from.MetadataURL
+		}
+		if from.Prefix != "" {
+			out.Prefix = from.Prefix
+		}
+	}
+	return out
 }
 
 // ArchitectureOrDefault is the type's kubernetes.io/arch.

@@ -187,13 +187,12 @@ type NodeType struct {
 // ProviderIDFrom is where a machine reads its instance ID, and how it makes a provider ID of
 // it.
 type ProviderIDFrom struct {
-	// MetadataURL answers the machine's instance ID as plain text.
-	// +kubebuilder:default="http://169.254.169.254/hetzner/v1/metadata/instance-id"
+	// MetadataURL answers the machine's instance ID as plain text (default Hetzner Cloud's,
+	// http://169.254.169.254/hetzner/v1/metadata/instance-id).
 	// +kubebuilder:validation:Pattern=`^https?://[^'"\\$ ]+$`
 	// +optional
 	MetadataURL string `json:"metadataURL,omitempty"`
-	// Prefix goes before the ID: the provider ID is prefix + ID.
-	// +kubebuilder:default="hcloud://"
+	// Prefix goes before the ID: the provider ID is prefix + ID (default hcloud://).
 	// +kubebuilder:validation:Pattern=`^[^'"\\$|&, ]+$`
 	// +optional
 	Prefix string `json:"prefix,omitempty"`

@@ -155,16 +155,8 @@ func providerIDSource(nt *v1alpha1.NodeType, known string) *bootstrap.ProviderID
 	if known != "" {
 		return nil
 	}
-	src := &bootstrap.ProviderIDSource{URL: bootstrap.DefaultMetadataURL, Prefix: bootstrap.DefaultProviderIDPrefix}
-	if from := nt.ProviderIDFrom; from != nil {
-		if from.MetadataURL != "" {
-			src.URL = from.MetadataURL
-		}
-		if from.Prefix != "" {
-			src.Prefix = from.Prefix
-		}
-	}
-	return src
+	from := nt.ProviderIDFromOrDefault()
+	return &bootstrap.ProviderIDSource{URL: from.MetadataURL, Prefix: from.Prefix}
 }
 
 // reservations are what the type's kubelets keep from pods; Karpenter's instance type

@@ -141,7 +141,7 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 		wantURL    string
 	}{
 		{name: "known", providerID: "sim://claim", wantID: "sim://claim"},
-		{name: "hetzner defaults", wantID: "hcloud://" + bootstrap.InstanceIDPlaceholder, wantURL: bootstrap.DefaultMetadataURL},
+		{name: "hetzner defaults", wantID: "hcloud://" + bootstrap.InstanceIDPlaceholder, wantURL: v1alpha1.DefaultMetadataURL},
 		{name: "configured", from: &v1alpha1.ProviderIDFrom{MetadataURL: "http://169.254.169.254/openstack/latest/id", Prefix: "openstack:///"},
 			wantID: "openstack:///" + bootstrap.InstanceIDPlaceholder, wantURL: "http://169.254.169.254/openstack/latest/id"},
 	} {
