@@ -62,6 +62,7 @@ func Run() {
 // environment for runs.
 func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, string, map[string]string) {
 	runEnv := map[string]string{}
+	limiter := tfrunner.NewLimiter(tfrunner.MaxRuns(opts.MaxConcurrentRuns))
 	if opts.Executor == ExecutorJob {
 		return &tfrunner.JobExecutor{
 			Client:             kubernetes.NewForConfigOrDie(op.GetConfig()),
@@ -73,7 +74,7 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 			ApplyDeadline:      opts.ApplyDeadline,
 			DestroyDeadline:    opts.DestroyDeadline,
 			TTLAfterFinished:   opts.RunnerTTL,
-			MaxConcurrent:      opts.MaxConcurrentRuns,
+			Limiter:            limiter,
 			NodeSelector:       opts.RunnerNodeSelector,
 			Tolerations:        opts.RunnerTolerations,
 		}, opts.TofuPath, runEnv
@@ -87,7 +88,7 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 		runEnv["KUBE_CONFIG_PATH"] = opts.RunnerKubeconfig
 		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
 	}
-	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, MaxConcurrent: opts.MaxConcurrentRuns}, tofu, runEnv
+	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, Limiter: limiter}, tofu, runEnv
 }
 
 // ensurePassphrase creates the state encryption passphrase Secret on the first start (every

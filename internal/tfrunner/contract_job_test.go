@@ -118,7 +118,7 @@ func (c *jobCluster) executor() *JobExecutor {
 		Command:            []string{"fulfiller"}, // the test binary takes Main's flags directly
 		ServiceAccountName: "fulfiller-runner",
 		Grace:              20 * time.Second,
-		MaxConcurrent:      8,
+		Limiter:            NewLimiter(MaxRuns(8)),
 		NodeSelector:       map[string]string{runnerNodeLabel: "true"},
 	}
 }
@@ -276,7 +276,7 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 	ctx := context.Background()
 	e := c.executor()
 	e.ApplyDeadline = 3 * time.Second
-	e.MaxConcurrent = 1
+	e.Limiter = NewLimiter(MaxRuns(1))
 	eventually(t, 30*time.Second, "the contract's Jobs to finish", func() bool {
 		n, err := e.inProgress(ctx)
 		return err == nil && n == 0

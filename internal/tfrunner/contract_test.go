@@ -413,7 +413,7 @@ func TestLocalExecutorContract(t *testing.T) {
 			dir := t.TempDir()
 			killRunners(t, dir)
 			e := testExecutor(t, dir)
-			e.MaxConcurrent = 4
+			e.Limiter = NewLimiter(MaxRuns(4))
 			return e
 		},
 		logs: func(t *testing.T, st RunStatus) string {
