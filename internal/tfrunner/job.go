@@ -174,7 +174,7 @@ func (e *JobExecutor) Start(ctx context.Context, req Request) error {
 			case err != nil:
 				return false, fmt.Errorf("reading Job %s: %w", req.Name, err)
 			}
-			if err := checkOwner(req.Name, job.Labels, req.Labels[LabelNodeClaimUID]); err != nil {
+			if err := CheckOwner(req.Name, job.Labels, req.Labels[LabelNodeClaimUID]); err != nil {
 				return true, err
 			}
 			if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
@@ -375,7 +375,7 @@ func (e *JobExecutor) Status(ctx context.Context, name, claimUID string) (RunSta
 	if err != nil {
 		return RunStatus{}, fmt.Errorf("reading Job %s: %w", name, err)
 	}
-	if err := checkOwner(name, job.Labels, claimUID); err != nil {
+	if err := CheckOwner(name, job.Labels, claimUID); err != nil {
 		return RunStatus{}, err
 	}
 	st := RunStatus{Name: name, Phase: RunPending, LogPath: "job/" + name, StartTime: job.CreationTimestamp.UTC()}
@@ -539,7 +539,7 @@ func (e *JobExecutor) Cancel(ctx context.Context, name, claimUID string) error {
 	if err != nil {
 		return fmt.Errorf("reading Job %s: %w", name, err)
 	}
-	if err := checkOwner(name, job.Labels, claimUID); err != nil {
+	if err := CheckOwner(name, job.Labels, claimUID); err != nil {
 		return err
 	}
 	if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {

@@ -82,10 +82,10 @@ var (
 	ErrOtherClaimsRun = errors.New("the run belongs to another claim")
 )
 
-// checkOwner returns ErrOtherClaimsRun when a run labelled with labels belongs to a claim
+// CheckOwner returns ErrOtherClaimsRun when a run labelled with labels belongs to a claim
 // other than claimUID. A run without the label (made before runs were labelled) and an empty
 // claimUID match.
-func checkOwner(name string, labels map[string]string, claimUID string) error {
+func CheckOwner(name string, labels map[string]string, claimUID string) error {
 	theirs := labels[LabelNodeClaimUID]
 	if claimUID == "" || theirs == "" || theirs == claimUID {
 		return nil
@@ -178,7 +178,7 @@ func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 			if _, err := os.Stat(dir); err != nil {
 				return false, nil
 			}
-			return true, checkOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
+			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
 		},
 		Load: func(context.Context) (Load, error) {
 			n, err := e.inProgress()
@@ -285,7 +285,7 @@ func (e *LocalExecutor) Status(ctx context.Context, name, claimUID string) (RunS
 		return RunStatus{}, fmt.Errorf("reading run %s: %w", name, err)
 	}
 	run := readRunInfo(dir)
-	if err := checkOwner(name, run.Labels, claimUID); err != nil {
+	if err := CheckOwner(name, run.Labels, claimUID); err != nil {
 		return RunStatus{}, err
 	}
 	st := RunStatus{Name: name, Phase: RunPending, LogPath: filepath.Join(dir, LogFileName), StartTime: info.ModTime()}
@@ -387,7 +387,7 @@ func (e *LocalExecutor) Cancel(_ context.Context, name, claimUID string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("run %s: %w", name, ErrRunNotFound)
 	}
-	if err := checkOwner(name, readRunInfo(dir).Labels, claimUID); err != nil {
+	if err := CheckOwner(name, readRunInfo(dir).Labels, claimUID); err != nil {
 		return err
 	}
 	pid, _, ok := readPID(dir)
