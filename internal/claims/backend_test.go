@@ -85,8 +85,8 @@ func TestRunRequestBackend(t *testing.T) {
 			s := &claimState{f: f, nc: nc, conds: f.StatusConditions()}
 			req, err := c.request(context.Background(), s, tfrunner.Apply, 1)
 			if tc.reason != "" {
-				be, ok := asBackendError(err)
-				if !ok || be.Reason != tc.reason || strings.Contains(be.Message, statePassphrase) {
+				ce, ok := asConfigError(err)
+				if !ok || ce.Reason != tc.reason || strings.Contains(ce.Message, statePassphrase) {
 					t.Fatalf("error %v, want a BackendError %s", err, tc.reason)
 				}
 				// The apply stage shows the reason and starts nothing.

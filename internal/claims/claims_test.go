@@ -240,7 +240,7 @@ func TestValidateSpec(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid spec accepted")
 	}
-	for _, want := range []string{"small: capacity.memory", "large: offering a/ listed twice", "large: kube-reserved cannot reserve nvidia.com/gpu",
+	for _, want := range []string{"small: capacity.memory", "large: offering a/on-demand listed twice", "large: kube-reserved cannot reserve nvidia.com/gpu",
 		"eviction threshold memory.available", "small: providerIDTemplate and providerIDFrom exclude each other"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)

@@ -49,9 +49,9 @@ type Options struct {
 // returns early once its condition is settled; status is written once per reconcile.
 type FulfillmentController struct {
 	kube client.Client
-	// secrets reads Secrets and ConfigMaps from the API server: they are not cached, and a
-	// Secret this controller just created must be readable at once.
-	secrets     client.Reader
+	// apiReader reads from the API server, uncached: Secrets and ConfigMaps are not in the
+	// cache, and a Secret this controller just created must be readable at once.
+	apiReader   client.Reader
 	clock       clock.Clock
 	recorder    events.Recorder
 	executor    tfrunner.Executor
@@ -59,14 +59,14 @@ type FulfillmentController struct {
 	opts        Options
 }
 
-func NewFulfillmentController(kube client.Client, secrets client.Reader, clk clock.Clock, recorder events.Recorder, executor tfrunner.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
+func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk clock.Clock, recorder events.Recorder, executor tfrunner.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
 	if opts.MaxApplyAttempts == 0 {
 		opts.MaxApplyAttempts = 3
 	}
 	if opts.RetryBackoff == 0 {
 		opts.RetryBackoff = 5 * time.Second
 	}
-	return &FulfillmentController{kube: kube, secrets: secrets, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts}
+	return &FulfillmentController{kube: kube, apiReader: apiReader, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts}
 }
 
 // claimState is what the stages share in one reconcile.

@@ -39,7 +39,7 @@ func TestCollectorDeletesOnlyItsOwnSecrets(t *testing.T) {
 	}
 	kube := builder.Build()
 	// The fulfiller's own token and user data for claim "gone", as the bootstrap stage makes them.
-	ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+	ctrl := &FulfillmentController{kube: kube, apiReader: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
 		unavailable: NewUnavailableOfferings(clk, time.Minute)}
 	for _, claim := range []string{"gone"} {
 		nc := testClass()

@@ -59,7 +59,7 @@ func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimStat
 		return "", nil
 	}
 	ns, key := c.stateNamespace(s), statelock.Key(s.f.Spec.StateKey)
-	holder, err := statelock.LockHolder(ctx, c.secrets, ns, key)
+	holder, err := statelock.LockHolder(ctx, c.apiReader, ns, key)
 	if err != nil || holder == nil {
 		s.f.Status.LockHolder = nil
 		return "", err
@@ -76,7 +76,7 @@ func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimStat
 	}
 	v := judgeLock(holder, a)
 	if v == lockStale {
-		switch err := statelock.ReleaseStale(ctx, c.secrets, c.kube, ns, key, holder); {
+		switch err := statelock.ReleaseStale(ctx, c.apiReader, c.kube, ns, key, holder); {
 		case errors.Is(err, statelock.ErrLockChanged):
 			return "state lock changed hands while being recovered", nil
 		case err != nil:

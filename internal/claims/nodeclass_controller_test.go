@@ -162,6 +162,10 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			if fits := tc.window == ""; win == nil || win.IsTrue() != fits || (!fits && (win.Reason != v1alpha1.ReasonExceedsRegistrationWindow || !strings.Contains(win.Message, tc.window))) {
 				t.Errorf("RegistrationWindow = %+v, want fits=%v naming %q", win, fits, tc.window)
 			}
+			launchable := got.StatusConditions().Get(v1alpha1.ConditionNodeTypesLaunchable)
+			if wantNone := tc.reason == v1alpha1.ReasonExceedsRegistrationWindow; launchable == nil || launchable.IsTrue() == wantNone {
+				t.Errorf("NodeTypesLaunchable = %+v", launchable)
+			}
 			if !tc.ready && ready.Message == "" {
 				t.Error("Ready=False without a message")
 			}
@@ -182,5 +186,18 @@ output "provider_id" { value = "sim://${var.node_name}" }
 				t.Errorf("%d events after a reconcile that changed nothing", len(rec.events))
 			}
 		})
+	}
+}
+
+// The controller's checks are the API's: Ready is composed of exactly the conditions
+// TofuNodeClass.StatusConditions names, in the same order.
+func TestClassChecksAreTheAPIs(t *testing.T) {
+	c := NewNodeClassController(nil, nil, clocktesting.NewFakeClock(time.Now()), nil)
+	var got []string
+	for _, chk := range c.checks() {
+		got = append(got, chk.condition)
+	}
+	if want := v1alpha1.ClassChecks(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("checks %v, the API's %v", got, want)
 	}
 }

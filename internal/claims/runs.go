@@ -110,7 +110,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	userData := ""
 	if s.f.Status.UserDataSecret != "" {
 		secret := &corev1.Secret{}
-		err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.opts.Namespace, Name: s.f.Status.UserDataSecret}, secret)
+		err := c.apiReader.Get(ctx, client.ObjectKey{Namespace: c.opts.Namespace, Name: s.f.Status.UserDataSecret}, secret)
 		switch {
 		case err == nil:
 			userData = string(secret.Data[UserDataKey])
@@ -135,7 +135,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	if err != nil {
 		return tfrunner.Request{}, err
 	}
-	credentials, err := readCredentials(ctx, c.secrets, c.opts.Namespace, credentialsSpec(s))
+	credentials, err := readCredentials(ctx, c.apiReader, c.opts.Namespace, credentialsSpec(s))
 	if err != nil {
 		return tfrunner.Request{}, err
 	}

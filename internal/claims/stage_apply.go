@@ -74,9 +74,9 @@ func (a *applyStage) startRun(ctx context.Context, s *claimState, attempt int, r
 		return reconcile.Result{RequeueAfter: lockRecheck}, err
 	}
 	req, err := a.c.request(ctx, s, tfrunner.Apply, attempt)
-	if be, ok := asBackendError(err); ok {
+	if ce, ok := asConfigError(err); ok {
 		// The class shows the same reason (BackendReady); no run starts until it is fixed.
-		s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, be.Reason, be.Message)
+		s.conds.SetUnknownWithReason(v1alpha1.ConditionApplied, ce.Reason, ce.Message)
 		return reconcile.Result{RequeueAfter: notReadyRecheck}, nil
 	}
 	if err != nil {

@@ -39,7 +39,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	}
 	name := userDataSecretName(s.f)
 	existing := &corev1.Secret{}
-	err := b.c.secrets.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: name}, existing)
+	err := b.c.apiReader.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: name}, existing)
 	if err == nil {
 		s.f.Status.UserDataSecret, s.f.Status.TokenID = name, existing.Annotations[annotationTokenID]
 		return reconcile.Result{}, nil
@@ -48,7 +48,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		return reconcile.Result{}, fmt.Errorf("reading user data secret: %w", err)
 	}
 	ca := &corev1.ConfigMap{}
-	if err := b.c.secrets.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: "kube-root-ca.crt"}, ca); err != nil {
+	if err := b.c.apiReader.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: "kube-root-ca.crt"}, ca); err != nil {
 		return reconcile.Result{}, fmt.Errorf("reading the cluster CA: %w", err)
 	}
 	caHash, err := bootstrap.CACertHash([]byte(ca.Data["ca.crt"]))

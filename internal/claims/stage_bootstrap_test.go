@@ -72,7 +72,7 @@ func TestBootstrapRendersGatesAndLimits(t *testing.T) {
 			}
 			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
-			ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+			ctrl := &FulfillmentController{kube: kube, apiReader: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
 				unavailable: NewUnavailableOfferings(clk, time.Minute)}
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 				Spec: v1alpha1.FulfillmentSpec{NodeType: "gpu", NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: "sim://claim"}}
@@ -155,7 +155,7 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 			nt.EvictionHard = map[string]string{"memory.available": "5%"}
 			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
-			ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+			ctrl := &FulfillmentController{kube: kube, apiReader: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
 				unavailable: NewUnavailableOfferings(clk, time.Minute)}
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 				Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: tc.providerID}}

@@ -58,8 +58,8 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		// An apply that failed before it wrote any state (and holds no lock) left nothing.
 		key := statelock.Key(s.f.Spec.StateKey)
 		store, err := d.c.stateStore(ctx, s)
-		if be, ok := asBackendError(err); ok {
-			return d.blocked(s, be)
+		if ce, ok := asConfigError(err); ok {
+			return d.blocked(s, ce)
 		}
 		if err != nil {
 			return reconcile.Result{}, err
@@ -113,8 +113,8 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 		return reconcile.Result{RequeueAfter: lockRecheck}, err
 	}
 	req, err := d.c.request(ctx, s, tfrunner.Destroy, attempt)
-	if be, ok := asBackendError(err); ok {
-		return d.blocked(s, be)
+	if ce, ok := asConfigError(err); ok {
+		return d.blocked(s, ce)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
@@ -138,8 +138,8 @@ func (d *finalizeStage) start(ctx context.Context, s *claimState, attempt int) (
 
 // blocked records that the machine cannot be destroyed until the class's backend Secrets are
 // usable again (the class shows the same reason).
-func (d *finalizeStage) blocked(s *claimState, be *BackendError) (reconcile.Result, error) {
-	s.conds.SetFalse(v1alpha1.ConditionDestroyed, be.Reason, be.Message)
+func (d *finalizeStage) blocked(s *claimState, ce *ConfigError) (reconcile.Result, error) {
+	s.conds.SetFalse(v1alpha1.ConditionDestroyed, ce.Reason, ce.Message)
 	return reconcile.Result{RequeueAfter: notReadyRecheck}, nil
 }
 

@@ -30,7 +30,7 @@ func (t *tokenStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 		return reconcile.Result{}, nil
 	}
 	secret := &corev1.Secret{}
-	err := t.c.secrets.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstrapapi.BootstrapTokenSecretPrefix + s.f.Status.TokenID}, secret)
+	err := t.c.apiReader.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstrapapi.BootstrapTokenSecretPrefix + s.f.Status.TokenID}, secret)
 	if apierrors.IsNotFound(err) {
 		return reconcile.Result{}, nil // revoked, or already expired and cleaned up
 	}
