@@ -90,14 +90,14 @@ func TestRunRequestBackend(t *testing.T) {
 					t.Fatalf("error %v, want a BackendError %s", err, tc.reason)
 				}
 				// The apply stage shows the reason and starts nothing.
-				if _, err := (&applyStage{c: c}).startRun(context.Background(), s, 1, true); err != nil {
+				if _, err := c.applyRuns().start(context.Background(), s, 1, true); err != nil {
 					t.Fatal(err)
 				}
 				if cond := s.conds.Get(v1alpha1.ConditionApplied); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {
 					t.Errorf("Applied = %+v, runs %v", cond, f.Status.Runs)
 				}
 				// So does the destroy.
-				if _, err := (&finalizeStage{c: c}).start(context.Background(), s, 1); err != nil {
+				if _, err := c.destroyRuns().start(context.Background(), s, 1, true); err != nil {
 					t.Fatal(err)
 				}
 				if cond := s.conds.Get(v1alpha1.ConditionDestroyed); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {

@@ -360,7 +360,7 @@ func TestApplyOverdue(t *testing.T) {
 	f.Status.Stages.ApplyStarted = &started
 	s := &claimState{f: f, nc: nc, nt: nt}
 	s.conds = f.StatusConditions(status.WithClock(clk))
-	a := &applyStage{&FulfillmentController{clock: clk}}
+	a := &FulfillmentController{clock: clk}
 	run := &v1alpha1.Run{Name: "c-apply-1"}
 	clk.Step(30 * time.Second)
 	a.reportOverdue(s, run)

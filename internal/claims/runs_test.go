@@ -89,10 +89,10 @@ func TestRunNameTakenByAnEarlierClaim(t *testing.T) {
 	f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
 	f.Spec.NodeClaimUID, f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "uid-new", "claim-a", "/m", "claim-a"
 	s := &claimState{f: f, nc: nc, nt: &nc.Spec.NodeTypes[0], conds: f.StatusConditions()}
-	if _, err := (&applyStage{c: c}).startRun(ctx, s, 1, true); err != nil {
+	if _, err := c.applyRuns().start(ctx, s, 1, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&finalizeStage{c: c}).start(ctx, s, 1); err != nil {
+	if _, err := c.destroyRuns().start(ctx, s, 1, true); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
