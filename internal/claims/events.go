@@ -3,6 +3,7 @@ package claims
 import (
 	"fmt"
 
+	"github.com/awslabs/operatorpkg/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,7 +13,23 @@ import (
 )
 
 // Events are built here only, and published when a condition changes, never per reconcile;
-// the recorder also de-duplicates.
+// the recorder also de-duplicates. Their messages, like the conditions', are bounded by
+// v1alpha1.ShortMessage when they are written.
+
+// shortenMessages bounds the conditions' messages (v1alpha1.ShortMessage).
+func shortenMessages(conds []status.Condition) {
+	for i := range conds {
+		conds[i].Message = v1alpha1.ShortMessage(conds[i].Message)
+	}
+}
+
+// shortenEventMessages bounds the events' messages (v1alpha1.ShortMessage).
+func shortenEventMessages(evts []events.Event) []events.Event {
+	for i := range evts {
+		evts[i].Message = v1alpha1.ShortMessage(evts[i].Message)
+	}
+	return evts
+}
 
 func applyStartedEvent(obj runtime.Object, run string) events.Event {
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonApplyStarted,

@@ -168,6 +168,7 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 		}
 		result = mergeResults(result, r)
 	}
+	shortenMessages(s.f.Status.Conditions)
 	s.f.Status.Phase, s.f.Status.Reason, s.f.Status.Message = phase(s.f)
 	if !equality.Semantic.DeepEqual(orig.Status, s.f.Status) {
 		// Optimistic lock: a reconcile that worked from a stale copy must not overwrite what
@@ -181,7 +182,7 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 		case err != nil:
 			errs = append(errs, fmt.Errorf("writing status: %w", err))
 		default:
-			c.recorder.Publish(s.events...)
+			c.recorder.Publish(shortenEventMessages(s.events)...)
 			for _, fn := range s.afterWrite {
 				fn()
 			}

@@ -178,10 +178,11 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	// A warning only: a type that cannot register in time is not launchable, but the others
 	// are (NodeTypesLaunchable says when none is).
 	if misfits, _ := registrationWindowCheck(&nc.Spec); len(misfits) > 0 {
-		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonExceedsRegistrationWindow, v1alpha1.ShortMessage(misfitMessage(misfits)))
+		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonExceedsRegistrationWindow, misfitMessage(misfits))
 	} else {
 		conds.SetTrueWithReason(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonFits, "every node type's apply deadline and join timeout fit the registration window")
 	}
+	shortenMessages(updated.Status.Conditions)
 	ready := composeReady(conds, order)
 	recheck := readyRecheck
 	if !ready.IsTrue() {
@@ -198,7 +199,7 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 		return reconcile.Result{}, fmt.Errorf("writing nodeclass status: %w", err)
 	}
 	if before := nc.StatusConditions().Root(); before == nil || before.Status != ready.Status || before.Reason != ready.Reason {
-		c.recorder.Publish(nodeClassEvent(updated, ready.IsTrue(), ready.Reason, ready.Message))
+		c.recorder.Publish(shortenEventMessages([]events.Event{nodeClassEvent(updated, ready.IsTrue(), ready.Reason, ready.Message)})...)
 	}
 	return reconcile.Result{RequeueAfter: recheck}, nil
 }
@@ -207,9 +208,9 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 func setVerdict(conds status.ConditionSet, condition string, v verdict) {
 	switch {
 	case !v.passed:
-		conds.SetFalse(condition, v.reason, v1alpha1.ShortMessage(v.message))
+		conds.SetFalse(condition, v.reason, v.message)
 	case v.reason != "":
-		conds.SetTrueWithReason(condition, v.reason, v1alpha1.ShortMessage(v.message))
+		conds.SetTrueWithReason(condition, v.reason, v.message)
 	default:
 		conds.SetTrue(condition)
 	}
