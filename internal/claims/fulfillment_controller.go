@@ -42,7 +42,13 @@ type Options struct {
 	MaxApplyAttempts int
 	// RetryBackoff is the first wait before a retried run; it doubles per attempt.
 	RetryBackoff time.Duration
+	// DestroyDeadline bounds a destroy run (default DefaultDestroyDeadline), as a node type's
+	// deadlines.apply bounds its applies: the runner interrupts tofu at it.
+	DestroyDeadline time.Duration
 }
+
+// DefaultDestroyDeadline bounds a destroy when Options set none (FULFILLER_DESTROY_DEADLINE).
+const DefaultDestroyDeadline = 30 * time.Minute
 
 // FulfillmentController drives one claim from decision to a Ready node, and from deletion to a
 // destroyed machine with its state removed. Each stage is a small type in its own file that
@@ -65,6 +71,9 @@ func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk c
 	}
 	if opts.RetryBackoff == 0 {
 		opts.RetryBackoff = 5 * time.Second
+	}
+	if opts.DestroyDeadline == 0 {
+		opts.DestroyDeadline = DefaultDestroyDeadline
 	}
 	return &FulfillmentController{kube: kube, apiReader: apiReader, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts}
 }

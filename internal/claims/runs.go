@@ -145,9 +145,14 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	}
 	maps.Copy(env, credentials)
 	maps.Copy(env, backendEnv)
-	var deadline time.Duration
-	if op == tfrunner.Apply && s.nt != nil {
-		deadline = s.nt.ApplyDeadline()
+	// Every run is bounded: the runner interrupts tofu at the deadline (it releases its lock)
+	// and the run fails with class Timeout.
+	deadline := c.opts.DestroyDeadline
+	if op == tfrunner.Apply {
+		deadline = v1alpha1.DefaultApplyDeadline // the node type is gone
+		if s.nt != nil {
+			deadline = s.nt.ApplyDeadline()
+		}
 	}
 	return tfrunner.Request{
 		Deadline:  deadline,

@@ -49,10 +49,11 @@ func Run() {
 				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
-				Namespace:      opts.Namespace,
-				StateNamespace: opts.StateNamespace,
-				TofuPath:       tofu,
-				RunEnv:         runEnv,
+				Namespace:       opts.Namespace,
+				StateNamespace:  opts.StateNamespace,
+				TofuPath:        tofu,
+				RunEnv:          runEnv,
+				DestroyDeadline: opts.DestroyDeadline,
 			}),
 		).
 		Start(ctx)
@@ -71,8 +72,6 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 			ImagePullPolicy:    corev1.PullPolicy(opts.RunnerImagePullPolicy),
 			ServiceAccountName: opts.RunnerServiceAccount,
 			Resources:          opts.RunnerResources,
-			ApplyDeadline:      opts.ApplyDeadline,
-			DestroyDeadline:    opts.DestroyDeadline,
 			TTLAfterFinished:   opts.RunnerTTL,
 			Limiter:            limiter,
 			NodeSelector:       opts.RunnerNodeSelector,

@@ -275,7 +275,7 @@ func testJobObjects(t *testing.T, c *jobCluster) {
 func testJobDeadline(t *testing.T, c *jobCluster) {
 	ctx := context.Background()
 	e := c.executor()
-	e.ApplyDeadline = 3 * time.Second
+	e.Backstop = 3 * time.Second
 	e.Limiter = NewLimiter(MaxRuns(1))
 	eventually(t, 30*time.Second, "the contract's Jobs to finish", func() bool {
 		n, err := e.inProgress(ctx)

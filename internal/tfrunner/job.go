@@ -104,9 +104,11 @@ type JobExecutor struct {
 	// Resources of the runner container (default: requests 100m CPU, 256Mi memory; limit
 	// 1Gi memory).
 	Resources *corev1.ResourceRequirements
-	// ApplyDeadline and DestroyDeadline bound a run (activeDeadlineSeconds; default
-	// DefaultJobDeadline). A run past it fails with class Timeout.
-	ApplyDeadline, DestroyDeadline time.Duration
+	// Backstop is the activeDeadlineSeconds of a run whose request has no deadline of its
+	// own (default DefaultJobDeadline); a run past it fails with class Timeout. The
+	// fulfiller's requests always have one (Request.Deadline), and their Job's backstop is
+	// that plus the grace period.
+	Backstop time.Duration
 	// TTLAfterFinished is how long a finished Job (and its log) stays (default
 	// DefaultTTLAfterFinished).
 	TTLAfterFinished time.Duration
@@ -141,21 +143,17 @@ func (e *JobExecutor) grace() time.Duration {
 	return TofuInterruptGrace + 30*time.Second
 }
 
-// deadline is the Job's activeDeadlineSeconds: the executor's per-operation bound or, for a
-// request with a deadline of its own (which the runner enforces by interrupting tofu), that
-// plus the grace period, so that the runner's own ending comes first.
+// deadline is the Job's activeDeadlineSeconds: the request's deadline (which the runner
+// enforces by interrupting tofu) plus the grace period, so that the runner's own ending comes
+// first; Backstop for a request without one.
 func (e *JobExecutor) deadline(req Request) time.Duration {
 	if req.Deadline > 0 {
 		return req.Deadline + e.grace()
 	}
-	d := e.ApplyDeadline
-	if req.Operation == Destroy {
-		d = e.DestroyDeadline
+	if e.Backstop > 0 {
+		return e.Backstop
 	}
-	if d <= 0 {
-		d = DefaultJobDeadline
-	}
-	return d
+	return DefaultJobDeadline
 }
 
 // Start implements Executor. Request.WorkDir is replaced by the Job's working folder.
