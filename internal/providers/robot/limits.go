@@ -24,18 +24,18 @@ func (b Budget) String() string {
 
 // Endpoints of the webservice the client calls, named as the documentation heads them.
 const (
-	EndpointServers       = "GET /server"
-	EndpointServer        = "GET /server/{server-number}"
-	EndpointResetOptions  = "GET /reset/{server-number}"
-	EndpointReset         = "POST /reset/{server-number}"
-	EndpointRescue        = "GET /boot/{server-number}/rescue"
-	EndpointRescueOn      = "POST /boot/{server-number}/rescue"
-	EndpointRescueOff     = "DELETE /boot/{server-number}/rescue"
-	EndpointRescueLast    = "GET /boot/{server-number}/rescue/last"
-	EndpointKeys          = "GET /key"
-	EndpointKeyCreate     = "POST /key"
-	EndpointKey           = "GET /key/{fingerprint}"
-	EndpointKeyDelete     = "DELETE /key/{fingerprint}"
+	EndpointServers      = "GET /server"
+	EndpointServer       = "GET /server/{server-number}"
+	EndpointResetOptions = "GET /reset/{server-number}"
+	EndpointReset        = "POST /reset/{server-number}"
+	EndpointRescue       = "GET /boot/{server-number}/rescue"
+	EndpointRescueOn     = "POST /boot/{server-number}/rescue"
+	EndpointRescueOff    = "DELETE /boot/{server-number}/rescue"
+	EndpointRescueLast   = "GET /boot/{server-number}/rescue/last"
+	EndpointKeys         = "GET /key"
+	EndpointKeyCreate    = "POST /key"
+	EndpointKey          = "GET /key/{fingerprint}"
+	EndpointKeyDelete    = "DELETE /key/{fingerprint}"
 )
 
 // DocumentedBudgets are the request limits the Robot webservice documentation gives for each
