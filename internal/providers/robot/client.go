@@ -201,8 +201,10 @@ func (c *Client) do(ctx context.Context, endpoint, method, path string, form url
 	switch {
 	case errors.As(err, &waitErr) && limited != nil:
 		// The webservice refused and its budget renews later than MaxWait.
-		waitErr.API = limited.API
-		return waitErr
+		if waitErr.ResetAt.After(limited.ResetAt) {
+			limited.ResetAt = waitErr.ResetAt
+		}
+		return limited
 	case errors.As(err, &waitErr):
 		return waitErr
 	case ctx.Err() != nil:
