@@ -223,9 +223,11 @@ func (c *SSHClient) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byt
 		return nil, fmt.Errorf("ssh %s: opening a session: %w", c.addr, err)
 	}
 	defer sess.Close()
-	var stdout, combined bytes.Buffer
-	sess.Stdout = io.MultiWriter(&stdout, &combined)
-	sess.Stderr = &combined
+	// The session copies stdout and stderr in two goroutines: both write combined.
+	var stdout bytes.Buffer
+	combined := &lockedBuffer{}
+	sess.Stdout = io.MultiWriter(&stdout, combined)
+	sess.Stderr = combined
 	if stdin != nil {
 		sess.Stdin = stdin
 	}
@@ -245,6 +247,23 @@ func (c *SSHClient) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byt
 		return stdout.Bytes(), fmt.Errorf("ssh %s: %s: %w", c.addr, firstWord(cmd), err)
 	}
 	return stdout.Bytes(), nil
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Close closes the connection.
