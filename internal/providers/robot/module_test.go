@@ -370,9 +370,17 @@ func TestModuleBadInput(t *testing.T) {
 	t.Parallel()
 	p := newPool(t, "robot-bad")
 	srv := p.server(t, 521, true)
+	used := p.server(t, 522, true)
+	usedHolder, usedItem := p.lease(t, "robot-bad-b", 522)
 	holder, item := p.lease(t, "robot-bad-a", 521)
 	hostKey := item.Attributes[robot.AttrHostKey]
-	eventually(t, 30*time.Second, "the standby server to boot", func() bool { _, up := srv.State(); return up })
+	eventually(t, 30*time.Second, "the standby servers to boot", func() bool {
+		_, up := srv.State()
+		_, upToo := used.State()
+		return up && upToo
+	})
+	used.UseOutsidePool()
+	usedEvents := len(used.Events())
 	base := map[string]string{"server_number": "521", "activation_path": "warm", "host_key": hostKey, "lease_holder": holder}
 	with := func(k, v string) map[string]string {
 		m := map[string]string{}
@@ -385,6 +393,7 @@ func TestModuleBadInput(t *testing.T) {
 
 	cases := []struct {
 		name      string
+		server    *standin.Server
 		params    map[string]string
 		env       map[string]string
 		before    func()
@@ -396,6 +405,8 @@ func TestModuleBadInput(t *testing.T) {
 			class: tfrunner.Credentials, reason: robot.ReasonInvalidCredentials, inMessage: []string{"UNAUTHORIZED", "401"}},
 		{name: "robot-bad-server", params: with("server_number", "999"),
 			class: tfrunner.InvalidModule, reason: robot.ReasonServerNotFound, inMessage: []string{"SERVER_NOT_FOUND", "999"}},
+		{name: "robot-bad-used", server: used, params: map[string]string{"server_number": "522", "activation_path": "warm", "host_key": usedItem.Attributes[robot.AttrHostKey], "lease_holder": usedHolder},
+			class: tfrunner.Capacity, reason: robot.ReasonNotStandby, inMessage: []string{"not in standby", "522"}},
 		{name: "robot-bad-hostkey", params: base, before: func() {
 			if err := srv.ReplaceHostKey(); err != nil {
 				t.Fatal(err)
@@ -406,8 +417,12 @@ func TestModuleBadInput(t *testing.T) {
 		if tc.before != nil {
 			tc.before()
 		}
-		userData, tok := p.userData(t, tc.name, 521)
-		req := p.request(t, tc.name, tfrunner.Apply, srv, userData, tc.params)
+		target := srv
+		if tc.server != nil {
+			target = tc.server
+		}
+		userData, tok := p.userData(t, tc.name, target.Number())
+		req := p.request(t, tc.name, tfrunner.Apply, target, userData, tc.params)
 		for k, v := range tc.env {
 			req.Env[k] = v
 		}
@@ -427,6 +442,9 @@ func TestModuleBadInput(t *testing.T) {
 		}
 		if state, _ := srv.State(); state != robot.StateStandby {
 			t.Errorf("%s: the server left standby: %s", tc.name, state)
+		}
+		if tc.server != nil && len(tc.server.Events()) != usedEvents {
+			t.Errorf("%s: the server in use was touched: %v", tc.name, tc.server.Events())
 		}
 	}
 	// The generic rules already see wrong credentials in the Robot code.

@@ -153,6 +153,15 @@ func (s *Server) ReplaceHostKey() error {
 	return nil
 }
 
+// UseOutsidePool marks the installed system active, as if someone had joined it by hand.
+func (s *Server) UseOutsidePool() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.disk != nil {
+		s.disk.state = robot.StateActive
+	}
+}
+
 // FailInstalls makes the next n installimage runs fail.
 func (s *Server) FailInstalls(n int) {
 	s.mu.Lock()
