@@ -31,7 +31,7 @@ func TestCollectorDeletesOnlyItsOwnSecrets(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "gone-notes", Labels: map[string]string{LabelNodeClaim: "gone"}},
 			Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"k": []byte("v")}},
 	}
-	ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
+	ca := clusterCA(t)
 	builder := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).
 		WithIndex(&corev1.Secret{}, "type", func(o client.Object) []string { return []string{string(o.(*corev1.Secret).Type)} })
 	for _, s := range foreign {
