@@ -192,7 +192,7 @@ func TestPGConnectionStringNeverShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "")
+	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}
