@@ -221,12 +221,12 @@ func setVerdict(conds status.ConditionSet, condition string, v verdict) {
 // tofunodeclasses` says what is wrong.
 func composeReady(conds status.ConditionSet, order []string) *status.Condition {
 	for _, t := range order {
-		if c := conds.Get(t); c == nil || !c.IsTrue() {
-			failing := status.Condition{Type: status.ConditionReady, Status: metav1.ConditionUnknown, Reason: "AwaitingReconciliation"}
-			if c != nil {
-				failing.Status, failing.Reason, failing.Message = c.Status, c.Reason, c.Message
-			}
-			conds.Set(failing)
+		switch c := conds.Get(t); {
+		case c == nil:
+			conds.SetUnknown(status.ConditionReady)
+			return conds.Root()
+		case !c.IsTrue():
+			conds.Set(status.Condition{Type: status.ConditionReady, Status: c.Status, Reason: c.Reason, Message: c.Message})
 			return conds.Root()
 		}
 	}
