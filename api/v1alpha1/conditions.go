@@ -181,6 +181,12 @@ const (
 	ReasonCredentialsMissing = "CredentialsMissing"
 	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.
 	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
+	// ReasonInvalidCredentials: the class's family says its credentials do not work (a wrong
+	// or revoked token, or one without a right it needs).
+	ReasonInvalidCredentials = "InvalidCredentials"
+	// ReasonCredentialsUnchecked: the family could not check the credentials (its API did
+	// not answer); checked again soon.
+	ReasonCredentialsUnchecked = "CredentialsUnchecked"
 	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
 	// Karpenter's 15 minutes (RegistrationWindow; NodeTypesLaunchable when no type fits).
 	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"

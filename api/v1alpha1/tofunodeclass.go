@@ -26,6 +26,14 @@ type TofuNodeClass struct {
 }
 
 type TofuNodeClassSpec struct {
+	// Family names the kind of infrastructure the module builds, so that the fulfiller can
+	// use what it knows about it: its error rules, its catalogue of node types, the machines
+	// it can list for orphan collection. sim: modules/sim; hcloud: Hetzner Cloud servers;
+	// kubevirt: KubeVirt VirtualMachines; robot: Hetzner Robot dedicated servers. Empty: a
+	// generic module, classified by the generic error rules only.
+	// +kubebuilder:validation:Enum="";sim;hcloud;kubevirt;robot
+	// +optional
+	Family string `json:"family,omitempty"`
 	// Module is the OpenTofu module every node type uses unless it names its own.
 	Module ModuleSource `json:"module"`
 	// Backend is where each claim's state lives and is locked. One state per NodeClaim.

@@ -158,6 +158,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		Deadline:  deadline,
 		Name:      runName(s.f, op, attempt),
 		Operation: op,
+		Family:    familyName(s),
 		ModuleDir: s.f.Spec.Module,
 		Backend:   backend,
 		Workspace: workspace,
@@ -176,6 +177,15 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		Labels:      map[string]string{tfrunner.LabelNodeClaim: s.f.Name, tfrunner.LabelNodeClaimUID: s.f.Spec.NodeClaimUID},
 		LockTimeout: 30 * time.Second,
 	}, nil
+}
+
+// familyName is the node-type family of the claim's class, whose error rules classify its
+// runs (generic when the class is gone).
+func familyName(s *claimState) string {
+	if s.nc != nil {
+		return s.nc.Spec.Family
+	}
+	return ""
 }
 
 // stateNamespace is where the claim's state lives: the class's backend namespace, or the
