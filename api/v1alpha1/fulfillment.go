@@ -51,6 +51,10 @@ type FulfillmentSpec struct {
 	Module string `json:"module"`
 	// Hash of the NodeClass, node type and module version used; compared for drift.
 	Hash string `json:"hash"`
+	// Parameters are what the class's family chose for this claim at Create (a leased
+	// server's number and path), passed to the module's parameters over the class's variables.
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
 }
 
 type FulfillmentStatus struct {

@@ -48,6 +48,9 @@ type CloudProvider struct {
 	// node type's provider ID cannot be predicted.
 	providerIDWait time.Duration
 
+	// pools lease machines of the classes whose family is a finite pool (WithPools).
+	pools *pools
+
 	mu    sync.Mutex
 	cache map[types.UID]cachedTypes
 }
@@ -116,6 +119,9 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if err != nil {
 		return nil, cloudprovider.NewNodeClassNotReadyError(err)
 	}
+	if its, err = c.withPoolOffers(ctx, nc, its); err != nil {
+		return nil, err
+	}
 	ch, err := chooseOffering(nc, its, claim)
 	if err != nil {
 		return nil, cloudprovider.NewInsufficientCapacityError(err)
@@ -144,6 +150,9 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 			Module:       moduleFor(nc, ch.nodeType),
 			Hash:         nodeHash(nc, ch.nodeType),
 		},
+	}
+	if err := c.leaseFor(ctx, nc, claim, f); err != nil {
+		return nil, err
 	}
 	if err := c.kube.Create(ctx, f); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -308,7 +317,11 @@ func (c *CloudProvider) GetInstanceTypes(ctx context.Context, pool *karpv1.NodeP
 	if err != nil {
 		return nil, fmt.Errorf("reading nodeclass of nodepool %s: %w", pool.Name, err)
 	}
-	return c.instanceTypes(nc)
+	its, err := c.instanceTypes(nc)
+	if err != nil {
+		return nil, err
+	}
+	return c.withPoolOffers(ctx, nc, its)
 }
 
 func (c *CloudProvider) instanceTypes(nc *v1alpha1.TofuNodeClass) ([]*cloudprovider.InstanceType, error) {

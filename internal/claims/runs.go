@@ -127,6 +127,8 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		maps.Copy(params, s.nt.Variables)
 		labels = nodeLabels(s.nt, s.f)
 	}
+	// What the family chose for this claim (a leased machine) over the class's variables.
+	maps.Copy(params, s.f.Spec.Parameters)
 	if s.f.Spec.NodePool != "" {
 		// For the module to label what it creates with the NodePool.
 		labels[karpv1.NodePoolLabelKey] = s.f.Spec.NodePool

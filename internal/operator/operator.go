@@ -38,7 +38,12 @@ func Run(families family.Registry) {
 	executor, tofu, runEnv := newExecutor(op, opts)
 	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
 
-	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable)
+	stateNamespace := opts.StateNamespace
+	if stateNamespace == "" {
+		stateNamespace = opts.Namespace
+	}
+	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).
+		WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace)
 	cloudProvider := metrics.Decorate(provider)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
@@ -50,6 +55,8 @@ func Run(families family.Registry) {
 			claims.NewNodeClassController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder).
 				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()).WithFamilies(families, opts.ClusterName),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
+			claims.NewPoolKeeper(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families,
+				opts.Namespace, stateNamespace, opts.ClusterName, opts.PoolKeeperInterval),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
 				Namespace:       opts.Namespace,
 				StateNamespace:  opts.StateNamespace,
