@@ -358,7 +358,9 @@ func TestKeepSweepsLeasesOfGoneClaims(t *testing.T) {
 	if err := fx.inv.SetAttributes(fx.ctx, "103", statelock.LeaseHolder("active", "u-active"), map[string]string{AttrState: StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	live := func(_ context.Context, name, uid string) (bool, error) { return name == "alive" && uid == "u-alive", nil }
+	live := func(_ context.Context, name, uid string) (bool, error) {
+		return name == "alive" && uid == "u-alive", nil
+	}
 	fx.keep(live)
 	if it := fx.item("101"); it.Leased() || it.Quarantined() {
 		t.Errorf("lease of a claim gone before its activation: %+v, want released", it)
