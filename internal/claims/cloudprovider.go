@@ -119,10 +119,14 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if err != nil {
 		return nil, cloudprovider.NewNodeClassNotReadyError(err)
 	}
-	if its, err = c.withPoolOffers(ctx, nc, its); err != nil {
+	its, exhausted, err := c.withPoolOffers(ctx, nc, its)
+	if err != nil {
 		return nil, err
 	}
 	ch, err := chooseOffering(nc, its, claim)
+	if err != nil && len(exhausted) > 0 {
+		err = fmt.Errorf("%s: %w; the pool has no free machine of node types %s", v1alpha1.ReasonPoolExhausted, err, strings.Join(exhausted, ", "))
+	}
 	if err != nil {
 		return nil, cloudprovider.NewInsufficientCapacityError(err)
 	}
@@ -321,7 +325,8 @@ func (c *CloudProvider) GetInstanceTypes(ctx context.Context, pool *karpv1.NodeP
 	if err != nil {
 		return nil, err
 	}
-	return c.withPoolOffers(ctx, nc, its)
+	its, _, err = c.withPoolOffers(ctx, nc, its)
+	return its, err
 }
 
 func (c *CloudProvider) instanceTypes(nc *v1alpha1.TofuNodeClass) ([]*cloudprovider.InstanceType, error) {

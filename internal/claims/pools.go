@@ -59,27 +59,31 @@ func (c *CloudProvider) WithPools(families family.Registry, reader client.Reader
 
 // withPoolOffers makes a pool class's offerings unavailable for the node types its pool has
 // no machine for now. The instance types are copied: the cached ones stay as they are.
-func (c *CloudProvider) withPoolOffers(ctx context.Context, nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceType) ([]*cloudprovider.InstanceType, error) {
+// It also names the types whose pool is exhausted.
+func (c *CloudProvider) withPoolOffers(ctx context.Context, nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceType) ([]*cloudprovider.InstanceType, []string, error) {
 	pool, scope, ok := c.pools.poolOf(nc)
 	if !ok {
-		return its, nil
+		return its, nil, nil
 	}
 	counts, err := pool.Offer(ctx, scope)
 	if err != nil {
-		return nil, fmt.Errorf("reading the pool of nodeclass %s: %w", nc.Name, err)
+		return nil, nil, fmt.Errorf("reading the pool of nodeclass %s: %w", nc.Name, err)
 	}
-	return offerPool(its, counts), nil
+	out, exhausted := offerPool(its, counts)
+	return out, exhausted, nil
 }
 
-// offerPool marks the offerings of types with no machine unavailable.
-func offerPool(its []*cloudprovider.InstanceType, counts map[string]int) []*cloudprovider.InstanceType {
+// offerPool marks the offerings of types with no machine unavailable, and names them.
+func offerPool(its []*cloudprovider.InstanceType, counts map[string]int) ([]*cloudprovider.InstanceType, []string) {
 	out := make([]*cloudprovider.InstanceType, 0, len(its))
+	var exhausted []string
 	for _, it := range its {
 		n, listed := counts[it.Name]
 		if !listed || n > 0 {
 			out = append(out, it)
 			continue
 		}
+		exhausted = append(exhausted, it.Name)
 		offerings := make(cloudprovider.Offerings, 0, len(it.Offerings))
 		for _, o := range it.Offerings {
 			oc := *o
@@ -89,7 +93,7 @@ func offerPool(its []*cloudprovider.InstanceType, counts map[string]int) []*clou
 		out = append(out, &cloudprovider.InstanceType{Name: it.Name, Requirements: it.Requirements, Offerings: offerings,
 			Capacity: it.Capacity, VolumeAttachmentLimits: it.VolumeAttachmentLimits, DynamicResources: it.DynamicResources, Overhead: it.Overhead})
 	}
-	return out
+	return out, exhausted
 }
 
 // leaseFor leases the claim a machine of the chosen type when the class's family is a Pool,
