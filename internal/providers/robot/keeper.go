@@ -297,6 +297,12 @@ func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context
 				return family.PoolReport{}, err
 			}
 		case it.Quarantined() || it.Leased():
+		case state == StateInstalling || state == StateActive:
+			// Released after an activation that failed (the destroy of a failed apply runs no
+			// reinstall; the failure is counted): installed anew ahead of need.
+			if err := ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", map[string]string{AttrState: ""})); err != nil {
+				return family.PoolReport{}, err
+			}
 		case state == StateReinstalling || state == StateUnverified:
 			f.background(s, it.ID, func(ctx context.Context) error { return f.check(ctx, s, m, it) })
 		}
@@ -365,11 +371,13 @@ func (f *Family) check(ctx context.Context, s family.Scope, m Machines, it state
 			attrs[AttrFailures], attrs[AttrLastFailure] = "", ""
 		}
 		return ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", attrs))
-	case errors.As(err, &mismatch):
+	case it.Attributes[AttrState] == StateUnverified && errors.As(err, &mismatch):
 		return f.fail(ctx, inv, it, ReasonHostKeyMismatch, "")
-	case err == nil && it.Attributes[AttrState] == StateUnverified:
+	case it.Attributes[AttrState] == StateUnverified && err == nil:
 		return f.fail(ctx, inv, it, ReasonNotStandby, "")
 	case it.Attributes[AttrState] == StateReinstalling:
+		// Until the installed system boots, the rescue system (another host key) or nothing
+		// answers: only the time counts.
 		ks.mu.Lock()
 		first, ok := ks.firstSeen[it.ID]
 		if !ok {
