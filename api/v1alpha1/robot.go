@@ -38,6 +38,23 @@ type RobotServer struct {
 	Number int32 `json:"number"`
 	// NodeType is the name of the spec.nodeTypes entry the server is.
 	NodeType string `json:"nodeType"`
+	// SSHAddress (host:port) is where SSH reaches the server instead of its main IP on port
+	// 22 (spec.variables ssh_host and ssh_port): a NAT, a private network, the stand-ins.
+	// +optional
+	SSHAddress string `json:"sshAddress,omitempty"`
+}
+
+// SSHAddressOf is the SSH address declared for a server; empty when none is.
+func (p *RobotPool) SSHAddressOf(number int) string {
+	if p == nil {
+		return ""
+	}
+	for _, s := range p.Servers {
+		if int(s.Number) == number {
+			return s.SSHAddress
+		}
+	}
+	return ""
 }
 
 // RobotDiscovery selects servers of the account: by name prefix, product, or both.

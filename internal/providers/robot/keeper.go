@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,11 +79,11 @@ func (f *Family) state() *keeperState {
 // Wait waits for the keeper's background work (tests).
 func (f *Family) Wait() { f.state().wg.Wait() }
 
-// machinesFor returns the class's Machines, one per class and credentials, so that its Robot
-// client's request budgets hold across Keep calls.
+// machinesFor returns the class's Machines, one per class generation and credentials, so
+// that its Robot client's request budgets hold across Keep calls.
 func (f *Family) machinesFor(s family.Scope) (Machines, error) {
 	ks := f.state()
-	key := string(s.Class.UID) + "/" + envKey(s.Env) + "/" + s.Class.Spec.Variables["ssh_host"] + "/" + s.Class.Spec.Variables["ssh_port"]
+	key := fmt.Sprintf("%s/%d/%s", s.Class.UID, s.Class.Generation, envKey(s.Env))
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if m, ok := ks.machines[key]; ok {
@@ -95,6 +96,11 @@ func (f *Family) machinesFor(s family.Scope) (Machines, error) {
 	m, err := newMachines(s)
 	if err != nil {
 		return nil, err
+	}
+	for k := range ks.machines {
+		if strings.HasPrefix(k, string(s.Class.UID)+"/") {
+			delete(ks.machines, k) // an earlier generation's or credentials'
+		}
 	}
 	ks.machines[key] = m
 	return m, nil
@@ -155,14 +161,26 @@ func ActivatorMachines(s family.Scope) (Machines, error) {
 	if drives == "" {
 		drives = defaultDrives
 	}
-	return &activatorMachines{a: a, image: image, drives: strings.Split(drives, ",")}, nil
+	return &activatorMachines{a: a, pool: s.Class.Spec.Robot, image: image, drives: strings.Split(drives, ",")}, nil
 }
 
 type activatorMachines struct {
 	a      *Activator
+	pool   *v1alpha1.RobotPool
 	image  string
 	drives []string
-	mu     sync.Mutex // the Activator's Recorder is per install
+}
+
+// activator is the Activator of one server: reached at its declared SSH address, if any.
+func (m *activatorMachines) activator(server int) *Activator {
+	a := *m.a
+	if host, port, err := net.SplitHostPort(m.pool.SSHAddressOf(server)); err == nil {
+		a.SSHHost = host
+		if p, err := strconv.Atoi(port); err == nil {
+			a.SSHPort = p
+		}
+	}
+	return &a
 }
 
 func (m *activatorMachines) Servers(ctx context.Context) ([]Server, error) {
@@ -170,13 +188,11 @@ func (m *activatorMachines) Servers(ctx context.Context) ([]Server, error) {
 }
 
 func (m *activatorMachines) Probe(ctx context.Context, server int, hostKey string) (string, error) {
-	return m.a.Probe(ctx, server, hostKey)
+	return m.activator(server).Probe(ctx, server, hostKey)
 }
 
 func (m *activatorMachines) InstallStandby(ctx context.Context, server int, rec Recorder) error {
-	m.mu.Lock()
-	a := *m.a
-	m.mu.Unlock()
+	a := m.activator(server)
 	a.Recorder = rec
 	_, err := a.Release(ctx, Release{Server: server, Image: m.image, Drives: m.drives})
 	return err

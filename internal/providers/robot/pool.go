@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"time"
@@ -172,6 +173,9 @@ func leaseOf(s family.Scope, it statelock.Item, holder string) family.PoolLease 
 	}
 	if path == Warm {
 		params["host_key"] = it.Attributes[AttrHostKey]
+	}
+	if host, port, err := net.SplitHostPort(s.Class.Spec.Robot.SSHAddressOf(number(it.ID))); err == nil {
+		params["ssh_host"], params["ssh_port"] = host, port
 	}
 	return family.PoolLease{Parameters: params, ProviderID: "hrobot://" + it.ID}
 }
