@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,9 +35,10 @@ const robotImage = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.g
 // offered only while servers wait in standby. A burst of three pods gets two nodes, warm, registered as hrobot://<n>, each
 // server leased to one claim; the third pod waits. The pods go away: the nodes are drained
 // and deleted, the servers released, reinstalled in the background and back in standby, their
-// states and leases clean.
+// states and leases clean. The controller is killed mid-activation: the claims keep their
+// servers, no apply is repeated, and everything is released again.
 func TestRobotPool(t *testing.T) {
-	ctx := ctxFor(t, 12*time.Minute)
+	ctx := ctxFor(t, 16*time.Minute)
 	api, err := standin.StartAPI(standin.APIConfig{User: "#ws+e2e", Password: "e2e robot password"})
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +96,7 @@ func TestRobotPool(t *testing.T) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy}})
+		_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy + "-restart"}})
 		_ = env.kube.Delete(ctx, &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}})
 		_ = devenv.Poll(ctx, 3*time.Minute, time.Second, "robot claims destroyed", func(ctx context.Context) (bool, error) {
 			ok, _, err := devenv.Drained(ctx, env.kube)
@@ -180,19 +184,28 @@ func TestRobotPool(t *testing.T) {
 			t.Errorf("fulfillment %s: provider id %q, parameters %v", f.Name, f.Spec.ProviderID, f.Spec.Parameters)
 		}
 	}
-	// The third pod waits: nothing can be leased.
-	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + deploy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pending := 0
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" {
-			pending++
+	// Two pods run on the two nodes; the third waits: nothing can be leased.
+	var bound, pending int
+	eventually(t, ctx, 2*time.Minute, "two pods bound to the Robot nodes", func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + deploy})
+		if err != nil {
+			return false, err
 		}
-	}
+		bound, pending = 0, 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" {
+				pending++
+			} else {
+				bound++
+			}
+		}
+		return bound == 2, nil
+	})
 	if pending != 1 {
 		t.Errorf("%d pods pending, want 1", pending)
+	}
+	if n, _ := robotNodes(ctx); len(n) != 2 {
+		t.Errorf("%d Robot nodes after the pods were bound, want 2", len(n))
 	}
 
 	// The pods go away: drained, released, reinstalled, back in standby; states and leases clean.
@@ -244,4 +257,62 @@ func TestRobotPool(t *testing.T) {
 			}
 		}
 	}
+
+	// A controller restart mid-activation: the claims' leases and applies are adopted, not
+	// repeated; no server is leased twice, nothing leaks.
+	create(t, ctx, deployment(deploy+"-restart", pool, 2, "10"))
+	eventually(t, ctx, 2*time.Minute, "a Robot apply in flight", func(ctx context.Context) (bool, error) {
+		for _, f := range fulfillments(t, ctx) {
+			if f.Spec.NodeClass == class && len(f.Status.Runs) > 0 && f.Status.Runs[0].Phase == v1alpha1.RunRunning {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	pidData, err := os.ReadFile(devenv.Layout{Dir: env.dir}.ControllerPID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidData)))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the controller: %v", err)
+	}
+	eventually(t, ctx, 4*time.Minute, "2 pods bound after the restart", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": deploy + "-restart"}, 2)
+	})
+	held := map[string]string{}
+	if items, err = inv.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.Leased() {
+			held[it.Holder] = it.ID
+		}
+	}
+	for _, f := range fulfillments(t, ctx) {
+		if f.Spec.NodeClass != class {
+			continue
+		}
+		if held[statelock.LeaseHolder(f.Name, f.Spec.NodeClaimUID)] != strings.TrimPrefix(f.Spec.ProviderID, "hrobot://") {
+			t.Errorf("after the restart, fulfillment %s (%s) does not hold its server: %v", f.Name, f.Spec.ProviderID, held)
+		}
+		if started := startedRuns(t, ctx, f.Name, "apply"); started != 1 {
+			t.Errorf("fulfillment %s: %d applies started, want 1", f.Name, started)
+		}
+	}
+	if len(held) != 2 {
+		t.Errorf("after the restart: leases %v, want two", held)
+	}
+	if err := env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy + "-restart"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, 4*time.Minute, "both servers released and back in standby after the restart", func(ctx context.Context) (bool, error) {
+		for _, f := range fulfillments(t, ctx) {
+			if f.Spec.NodeClass == class {
+				return false, nil
+			}
+		}
+		n, err := standby(ctx)
+		return n == 2, err
+	})
 }

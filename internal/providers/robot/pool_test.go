@@ -400,3 +400,34 @@ func TestServerInAnotherClassAndCredentials(t *testing.T) {
 		t.Errorf("report with wrong credentials = %+v", r)
 	}
 }
+
+// A server released after a failed cold activation (its destroy runs no reinstall) is fresh
+// again: the keeper installs it anew, and its failure stays counted.
+func TestKeepReinstallsAfterFailedActivation(t *testing.T) {
+	m := newFakeMachines(101)
+	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101), Warm: int32p(0),
+		ColdActivation: &metav1.Duration{Duration: 4 * time.Minute}}, m)
+	fx.keep(noClaims)
+	claim := family.PoolClaim{Name: "c", UID: "u", NodeType: "ax41"}
+	if lease, err := fx.fam.Lease(fx.ctx, fx.s, claim); err != nil || lease.Parameters["activation_path"] != "cold" {
+		t.Fatalf("lease %+v, %v", lease, err)
+	}
+	rec := InventoryRecorder{Inventory: fx.inv, Holder: statelock.LeaseHolder("c", "u")}
+	if err := rec.Record(fx.ctx, 101, map[string]string{AttrState: StateInstalling, AttrHostKey: "ssh-ed25519 NEW"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := recordFailure(fx.ctx, rec, 101, fmt.Errorf("%w: installimage exited 1", ErrInstallFailed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.fam.Release(fx.ctx, fx.s, claim); err != nil {
+		t.Fatal(err)
+	}
+	fx.keep(noClaims)
+	it := fx.item("101")
+	if it.Attributes[AttrState] != "" || it.Attributes[AttrFailures] != "1" || it.Quarantined() || it.Leased() {
+		t.Fatalf("after the failed cold activation's release: %+v", it)
+	}
+	if counts, _ := fx.fam.Offer(fx.ctx, fx.s); counts["ax41"] != 1 {
+		t.Errorf("offer %v: a fresh server fits the window cold", counts)
+	}
+}
