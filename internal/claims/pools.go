@@ -106,7 +106,8 @@ func (c *CloudProvider) leaseFor(ctx context.Context, nc *v1alpha1.TofuNodeClass
 	}
 	lease, err := pool.Lease(ctx, scope, family.PoolClaim{Name: claim.Name, UID: string(claim.UID), NodeType: f.Spec.NodeType})
 	if errors.Is(err, family.ErrPoolExhausted) {
-		c.unavailable.MarkUnavailable(f.Spec.NodeType, f.Spec.Zone, f.Spec.CapacityType)
+		// Not marked unavailable for a while: the pool's count (Offer) says when a machine is
+		// back, at once.
 		return cloudprovider.NewInsufficientCapacityError(fmt.Errorf("%s: %w", v1alpha1.ReasonPoolExhausted, err))
 	}
 	if err != nil {
