@@ -40,10 +40,11 @@ type PGBackendSpec struct {
 	// (postgres://user:password@host:5432/db?sslmode=require). Runs get it as PG_CONN_STR.
 	ConnSecretRef SecretKeyRef `json:"connSecretRef"`
 	// SchemaName is the schema holding the states table. The API server stores its default,
-	// fulfiller (Backend.PGSchema), so that it cannot change afterwards.
+	// fulfiller (Backend.PGSchema), so that it cannot change afterwards (TofuNodeClassSpec's
+	// rules).
 	// +kubebuilder:default=fulfiller
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	SchemaName string `json:"schemaName,omitempty"`
 }

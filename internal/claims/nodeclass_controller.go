@@ -269,6 +269,7 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
 			}
 		}
 		errs = append(errs, checkKubeletArgs("node type "+nt.Name, nt.KubeletExtraArgs)...)
+		errs = append(errs, validateNodeTypeValues(&nt)...)
 		if err := reservations(&nt).Validate(); err != nil {
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 				errs = append(errs, fmt.Errorf("node type %s: %w", nt.Name, e))
@@ -300,7 +301,7 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
 }
 
 func checkKubeletArgs(where string, args []v1alpha1.KubeletArg) []error {
-	var errs []error
+	errs := checkKubeletArgValues(where, args)
 	for _, a := range args {
 		if slices.Contains(reservedKubeletArgs, a.Name) {
 			errs = append(errs, fmt.Errorf("%s: kubelet arg %s is set by the fulfiller", where, a.Name))
