@@ -29,7 +29,7 @@ type TofuNodeClass struct {
 // cannot change, also when spec.backend (or the field) was absent and took its default.
 // (CEL escapes the reserved word namespace as __namespace__.)
 // +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.type) ? oldSelf.backend.type : 'kubernetes') == (has(self.backend) && has(self.backend.type) ? self.backend.type : 'kubernetes')",message="spec.backend.type is immutable: the states of existing claims would be lost"
-// +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.__namespace__) ? oldSelf.backend.__namespace__ : '') == (has(self.backend) && has(self.backend.__namespace__) ? self.backend.__namespace__ : '')",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.__namespace__) ? oldSelf.backend.__namespace__ : ”) == (has(self.backend) && has(self.backend.__namespace__) ? self.backend.__namespace__ : ”)",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
 // +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.pg) && has(oldSelf.backend.pg.schemaName) ? oldSelf.backend.pg.schemaName : 'fulfiller') == (has(self.backend) && has(self.backend.pg) && has(self.backend.pg.schemaName) ? self.backend.pg.schemaName : 'fulfiller')",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
 type TofuNodeClassSpec struct {
 	// Module is the OpenTofu module every node type uses unless it names its own.
