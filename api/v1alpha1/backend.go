@@ -49,9 +49,15 @@ type PGBackendSpec struct {
 	SchemaName string `json:"schemaName,omitempty"`
 }
 
+// LabelCredentials opts a Secret in to being named by a class's spec.credentials: its value
+// must be "true". Other Secrets of the fulfiller's namespace (the passphrase, claims' user
+// data) can never become a run's environment.
+const LabelCredentials = Group + "/credentials"
+
 // CredentialsSource is a Secret whose keys become the environment of the class's runs.
 type CredentialsSource struct {
-	// SecretName is a Secret in the fulfiller's namespace.
+	// SecretName is a Secret in the fulfiller's namespace, labelled fulfiller.sh/credentials:
+	// "true".
 	// +kubebuilder:validation:MinLength=1
 	SecretName string `json:"secretName"`
 }

@@ -107,6 +107,9 @@ const (
 	ReasonFulfillmentConflict = "FulfillmentConflict"
 	// ReasonNodeTypeNotFound: the chosen node type is no longer in the NodeClass.
 	ReasonNodeTypeNotFound = "NodeTypeNotFound"
+	// ReasonNodeClassReadinessUnknown: the NodeClass's checks have not answered yet (Ready is
+	// Unknown); Karpenter calls Create again, where NodeClassNotReady would delete the claim.
+	ReasonNodeClassReadinessUnknown = "NodeClassReadinessUnknown"
 	// ReasonInvalidClaimName: the claim's name cannot name a state.
 	ReasonInvalidClaimName = "InvalidClaimName"
 )
@@ -179,7 +182,12 @@ const (
 	ReasonInvalidBackendSecret = "InvalidBackendSecret"
 	// ReasonCredentialsMissing: a Secret named in spec.credentials does not exist.
 	ReasonCredentialsMissing = "CredentialsMissing"
-	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.
+	// ReasonCredentialsNotOptedIn: a Secret named in spec.credentials is not labelled
+	// LabelCredentials=true; only Secrets made for it may become a run's environment.
+	ReasonCredentialsNotOptedIn = "CredentialsNotOptedIn"
+	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name,
+	// or one that the fulfiller sets for tofu (TF_VAR_*, TF_LOG*, TF_CLI_ARGS*, TF_WORKSPACE,
+	// ...: terraform-exec refuses them).
 	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
 	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
 	// Karpenter's 15 minutes (RegistrationWindow; NodeTypesLaunchable when no type fits).

@@ -30,7 +30,7 @@ func TestRunRequestBackend(t *testing.T) {
 			Data: map[string][]byte{"passphrase": []byte(statePassphrase)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
 			Data: map[string][]byte{"conn": []byte(conn)}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud"},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 			Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase), "PG_CONN_STR": []byte("not this one")}},
 	).Build()
 	clk := clocktesting.NewFakeClock(time.Now())

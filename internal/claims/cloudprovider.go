@@ -80,13 +80,16 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		}
 		return nil, fmt.Errorf("reading nodeclass: %w", err)
 	}
-	if !nc.StatusConditions().Root().IsTrue() {
-		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is not ready", nc.Name))
-	}
 	f := &v1alpha1.Fulfillment{}
 	err = c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f)
 	switch {
 	case apierrors.IsNotFound(err):
+		// Only a new decision needs a Ready class: a claim decided already gets its answer
+		// whatever the class's readiness now, so a class that flips while the apply runs does
+		// not get the claim deleted.
+		if err := readyForNewClaims(nc); err != nil {
+			return nil, err
+		}
 		if f, err = c.decide(ctx, nc, claim); err != nil {
 			return nil, err
 		}
@@ -108,6 +111,22 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		}
 	}
 	return c.hydrate(claim, nc, nt, f, providerID)
+}
+
+// readyForNewClaims is nil when the class may launch a new claim. While its checks have not
+// answered (Ready Unknown: a class applied together with its NodePool, or re-checking) it is
+// a CreateError, which Karpenter retries; NodeClassNotReady, on which Karpenter deletes the
+// claim, only once Ready is False.
+func readyForNewClaims(nc *v1alpha1.TofuNodeClass) error {
+	switch ready := nc.StatusConditions().Root(); {
+	case ready.IsTrue():
+		return nil
+	case ready == nil || ready.IsUnknown():
+		return cloudprovider.NewCreateError(fmt.Errorf("nodeclass %s: readiness not known yet", nc.Name),
+			v1alpha1.ReasonNodeClassReadinessUnknown, "the nodeclass's checks have not answered yet")
+	default:
+		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is not ready: %s", nc.Name, ready.Message))
+	}
 }
 
 // decide chooses the offering and records the Fulfillment.
