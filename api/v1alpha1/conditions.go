@@ -154,6 +154,18 @@ const (
 	ConditionRegistrationWindow = "RegistrationWindow"
 )
 
+// ConditionTerminating is set on a TofuNodeClass being deleted: its finalizer keeps it while
+// Fulfillments of it exist, so that their machines are destroyed with the settings they
+// recorded and the class goes last. It is not part of Ready.
+const ConditionTerminating = "Terminating"
+
+// Reasons of the Terminating condition.
+const (
+	// ReasonClaimsRemaining: the class waits for its claims' machines to be destroyed; the
+	// message says how many remain.
+	ReasonClaimsRemaining = "ClaimsRemaining"
+)
+
 // classChecks are the conditions a TofuNodeClass's Ready is composed of, in order.
 var classChecks = []string{ConditionSpecValid, ConditionModuleValid, ConditionBackendReady, ConditionCredentialsReady,
 	ConditionJoinPreflight, ConditionNodeTypesLaunchable}

@@ -51,6 +51,33 @@ type FulfillmentSpec struct {
 	Module string `json:"module"`
 	// Hash of the NodeClass, node type and module version used; compared for drift.
 	Hash string `json:"hash"`
+	// Settings are what every run of the claim uses, its retries and its destroy included,
+	// recorded from the class and node type when Create decided: an edited or deleted class
+	// cannot change how an existing machine is destroyed. Absent in Fulfillments made before
+	// they were recorded; those use their class's.
+	// +optional
+	Settings *RunSettings `json:"settings,omitempty"`
+}
+
+// RunSettings are a claim's run settings as its class and node type said at Create.
+type RunSettings struct {
+	// Backend of the claim's state, its namespace resolved (the class's, or the fulfiller's
+	// state namespace), with the Secret references of the pg connection and the encryption
+	// key.
+	Backend Backend `json:"backend"`
+	// Credentials are the Secrets whose keys become the runs' environment.
+	// +optional
+	Credentials []CredentialsSource `json:"credentials,omitempty"`
+	// Parameters are the module's parameters input: the class's variables, the node type's
+	// over them.
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+	// Labels are the module's labels input: the node's labels and its NodePool.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// ApplyDeadline bounds each apply run (the node type's deadlines.apply).
+	// +optional
+	ApplyDeadline *metav1.Duration `json:"applyDeadline,omitempty"`
 }
 
 type FulfillmentStatus struct {

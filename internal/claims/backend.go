@@ -77,18 +77,10 @@ func secretValue(ctx context.Context, reader client.Reader, namespace string, re
 	return string(value), nil
 }
 
-// backendSpec is the backend of the claim's class (the default when the class is gone).
-func backendSpec(s *claimState) v1alpha1.Backend {
-	if s.nc != nil {
-		return s.nc.Spec.Backend
-	}
-	return v1alpha1.Backend{}
-}
-
 // runBackend is the backend part of a claim's run: where its state is, the workspace, and
 // the environment with the backend's and the encryption's secrets.
 func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (tfrunner.Backend, string, map[string]string, error) {
-	spec := backendSpec(s)
+	spec := c.runSettings(s).Backend
 	values, err := readBackend(ctx, c.apiReader, c.opts.Namespace, spec)
 	if err != nil {
 		return tfrunner.Backend{}, "", nil, err
@@ -105,7 +97,7 @@ func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (
 
 // stateStore is where the claim's state is, for lock holders, existence and removal.
 func (c *FulfillmentController) stateStore(ctx context.Context, s *claimState) (statelock.Store, error) {
-	spec := backendSpec(s)
+	spec := c.runSettings(s).Backend
 	if spec.TypeOrDefault() != v1alpha1.BackendPG {
 		return statelock.KubernetesStore{Reader: c.apiReader, Writer: c.kube, Namespace: c.stateNamespace(s)}, nil
 	}

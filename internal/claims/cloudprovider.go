@@ -44,6 +44,9 @@ type CloudProvider struct {
 	kube        client.Client
 	clock       clock.Clock
 	unavailable *UnavailableOfferings
+	// stateNamespace holds the states of classes that name no namespace (recorded in each
+	// claim's settings).
+	stateNamespace string
 	// providerIDWait bounds how long Create waits for a module's provider_id output when a
 	// node type's provider ID cannot be predicted.
 	providerIDWait time.Duration
@@ -62,6 +65,13 @@ var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
 
 func NewCloudProvider(kube client.Client, clk clock.Clock, unavailable *UnavailableOfferings) *CloudProvider {
 	return &CloudProvider{kube: kube, clock: clk, unavailable: unavailable, providerIDWait: 20 * time.Second, cache: map[types.UID]cachedTypes{}}
+}
+
+// WithStateNamespace sets the namespace of the states of classes that name none
+// (FULFILLER_STATE_NAMESPACE, or the fulfiller's namespace).
+func (c *CloudProvider) WithStateNamespace(namespace string) *CloudProvider {
+	c.stateNamespace = namespace
+	return c
 }
 
 func (c *CloudProvider) Name() string { return ProviderName }
@@ -164,6 +174,7 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 			Hash:         nodeHash(nc, ch.nodeType),
 		},
 	}
+	f.Spec.Settings = settingsFor(nc, ch.nodeType, f, c.stateNamespace)
 	if err := c.kube.Create(ctx, f); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			got := &v1alpha1.Fulfillment{}

@@ -56,10 +56,3 @@ func readCredentials(ctx context.Context, reader client.Reader, namespace string
 	return env, nil
 }
 
-// credentialsSpec is the credentials of the claim's class (none when the class is gone).
-func credentialsSpec(s *claimState) []v1alpha1.CredentialsSource {
-	if s.nc != nil {
-		return s.nc.Spec.Credentials
-	}
-	return nil
-}
