@@ -103,7 +103,9 @@ func TestCreate(t *testing.T) {
 		{"a claim already decided is answered whatever its class's readiness", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			first := e.create(claim)
 			for _, set := range []func(status.ConditionSet){
-				func(c status.ConditionSet) { c.SetFalse(v1alpha1.ConditionBackendReady, v1alpha1.ReasonEncryptionKeyMissing, "gone") },
+				func(c status.ConditionSet) {
+					c.SetFalse(v1alpha1.ConditionBackendReady, v1alpha1.ReasonEncryptionKeyMissing, "gone")
+				},
 				func(c status.ConditionSet) { c.SetUnknownWithReason(status.ConditionReady, "Checking", "checking") },
 			} {
 				nc := test.ExpectExists(t, e.kube, &v1alpha1.TofuNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "sim"}})

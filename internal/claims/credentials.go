@@ -55,4 +55,3 @@ func readCredentials(ctx context.Context, reader client.Reader, namespace string
 	}
 	return env, nil
 }
-
