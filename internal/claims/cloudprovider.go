@@ -129,6 +129,8 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 // claim, only once Ready is False.
 func readyForNewClaims(nc *v1alpha1.TofuNodeClass) error {
 	switch ready := nc.StatusConditions().Root(); {
+	case !nc.DeletionTimestamp.IsZero():
+		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is being deleted", nc.Name))
 	case ready.IsTrue():
 		return nil
 	case ready == nil || ready.IsUnknown():

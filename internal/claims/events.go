@@ -109,3 +109,8 @@ func staleLockRecoveredEvent(obj runtime.Object, lockID, detail string) events.E
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonStaleLockRecovered,
 		Message: "released state lock " + lockID + ": " + detail, DedupeValues: []string{lockID}}
 }
+
+func nodeClassTerminatingEvent(obj runtime.Object, message string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonClaimsRemaining, Message: message,
+		DedupeValues: []string{v1alpha1.ReasonClaimsRemaining}}
+}
