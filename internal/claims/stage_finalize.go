@@ -25,6 +25,11 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		return reconcile.Result{}, nil
 	}
 	if s.f.Status.Stages.DestroyStarted == nil {
+		// An apply started just before the deletion may be missing from the status (the
+		// write that recorded it conflicted): find it by name before trusting the record.
+		if _, err := d.c.applyRuns().findUnrecorded(ctx, s); err != nil {
+			return reconcile.Result{}, err
+		}
 		now := metav1.NewTime(d.c.clock.Now())
 		s.f.Status.Stages.DestroyStarted = &now
 	}
