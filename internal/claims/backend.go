@@ -91,7 +91,7 @@ func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (
 	}
 	return tfrunner.Backend{
 		Type:   string(v1alpha1.BackendKubernetes),
-		Config: statelock.KubernetesBackend(key, c.stateNamespace(s)),
+		Config: statelock.KubernetesBackend(key, c.stateNamespace(s), stateLabels(s.f)),
 	}, "", values.env, nil
 }
 
@@ -106,4 +106,10 @@ func (c *FulfillmentController) stateStore(ctx context.Context, s *claimState) (
 		return nil, err
 	}
 	return statelock.PGStore{ConnStr: values.pgConnStr, Schema: spec.PGSchema()}, nil
+}
+
+// stateLabels are the labels of a claim's state objects (the kubernetes backend's Secret and
+// Lease): its claim's UID, as on its runs, so what a claim left can be found by the claim.
+func stateLabels(f *v1alpha1.Fulfillment) map[string]string {
+	return map[string]string{tfrunner.LabelNodeClaimUID: f.Spec.NodeClaimUID}
 }

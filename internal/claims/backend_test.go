@@ -53,9 +53,10 @@ func TestRunRequestBackend(t *testing.T) {
 		reason      string // of the BackendError, when the request cannot be built
 	}{
 		{name: "kubernetes", backend: v1alpha1.Backend{}, wantType: "kubernetes",
-			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"}, env: map[string]string{"KUBE_CONFIG_PATH": "/k"}},
+			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller", "labels": `{"fulfiller.sh/nodeclaim-uid" = "uid-a"}`},
+			env:    map[string]string{"KUBE_CONFIG_PATH": "/k"}},
 		{name: "kubernetes encrypted", backend: v1alpha1.Backend{Encryption: encryption}, wantType: "kubernetes",
-			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"},
+			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller", "labels": `{"fulfiller.sh/nodeclaim-uid" = "uid-a"}`},
 			env:    map[string]string{"KUBE_CONFIG_PATH": "/k", "TF_ENCRYPTION": wantEnc["TF_ENCRYPTION"]}},
 		{name: "pg encrypted", wantType: "pg", workspace: "claim-a",
 			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, Encryption: encryption,
@@ -81,7 +82,7 @@ func TestRunRequestBackend(t *testing.T) {
 			nc := testClass()
 			nc.Spec.Backend, nc.Spec.Credentials = tc.backend, tc.credentials
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
-			f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "claim-a", "/m", "claim-a"
+			f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName, f.Spec.NodeClaimUID = "claim-a", "/m", "claim-a", "uid-a"
 			s := &claimState{f: f, nc: nc, conds: f.StatusConditions()}
 			req, err := c.request(context.Background(), s, tfrunner.Apply, 1)
 			if tc.reason != "" {

@@ -135,7 +135,7 @@ func request(t *testing.T, name string, op tfrunner.Operation, in infra, userDat
 	}
 	return tfrunner.Request{
 		Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: t.TempDir(),
-		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default")},
+		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default", nil)},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "kv-small", tfrunner.VarZone: "infra-a",
 			tfrunner.VarUserData: userData,

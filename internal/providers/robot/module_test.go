@@ -186,7 +186,7 @@ func (p *pool) request(t *testing.T, name string, op tfrunner.Operation, s *stan
 	}
 	return tfrunner.Request{
 		Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: t.TempDir(),
-		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default")},
+		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default", nil)},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "ax52", tfrunner.VarZone: "fsn1",
 			tfrunner.VarUserData: userData, tfrunner.VarLabels: map[string]string{}, tfrunner.VarParameters: par,
