@@ -42,6 +42,10 @@ const (
 	// ReasonStoppingApply: the claim was deleted while its apply ran; the destroy waits for the
 	// interrupted apply to stop (tofu releases its lock).
 	ReasonStoppingApply = "StoppingApply"
+	// ReasonAwaitingNodeClaimDeletion: the Fulfillment was deleted while its NodeClaim lives;
+	// the fulfiller deleted the NodeClaim, and the destroy waits until Karpenter has drained
+	// its node and called Delete.
+	ReasonAwaitingNodeClaimDeletion = "AwaitingNodeClaimDeletion"
 	// ReasonApplied: the machine exists (True).
 	ReasonApplied = "Applied"
 	// ReasonDestroyed: the machine is destroyed and its state removed (True).

@@ -28,6 +28,12 @@ type Fulfillment struct {
 	Status FulfillmentStatus `json:"status,omitempty"`
 }
 
+// AnnotationDeleteCalled is set on a Fulfillment (to the time, RFC 3339) when Karpenter calls
+// CloudProvider.Delete for its claim, after draining the node. A Fulfillment deleted otherwise
+// (by a user) whose NodeClaim is launched is not destroyed until then: the fulfiller deletes
+// the NodeClaim, so the node is drained first.
+const AnnotationDeleteCalled = Group + "/delete-called"
+
 // FulfillmentSpec is what CloudProvider.Create decided; it does not change afterwards.
 type FulfillmentSpec struct {
 	NodeClaimUID string `json:"nodeClaimUID"`

@@ -257,7 +257,8 @@ func moduleFor(nc *v1alpha1.TofuNodeClass, _ *v1alpha1.NodeType) string {
 }
 
 // Delete starts the destroy (the Fulfillment's finalizer runs it) and reports NotFound only
-// once the machine is destroyed and its state removed.
+// once the machine is destroyed and its state removed. It first records on the Fulfillment
+// that Karpenter called it: a Fulfillment deleted by someone else waits for that.
 func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
 	f := &v1alpha1.Fulfillment{}
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f); err != nil {
@@ -265,6 +266,17 @@ func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) err
 			return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s is gone", claim.Name))
 		}
 		return fmt.Errorf("reading fulfillment: %w", err)
+	}
+	if _, ok := f.Annotations[v1alpha1.AnnotationDeleteCalled]; !ok {
+		patched := f.DeepCopy()
+		metav1.SetMetaDataAnnotation(&patched.ObjectMeta, v1alpha1.AnnotationDeleteCalled, c.clock.Now().UTC().Format(time.RFC3339))
+		if err := c.kube.Patch(ctx, patched, client.MergeFrom(f)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s is gone", claim.Name))
+			}
+			return fmt.Errorf("recording the delete on fulfillment: %w", err)
+		}
+		f = patched
 	}
 	if f.DeletionTimestamp.IsZero() {
 		if err := c.kube.Delete(ctx, f); err != nil && !apierrors.IsNotFound(err) {
