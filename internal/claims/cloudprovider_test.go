@@ -236,8 +236,8 @@ func TestGetListDelete(t *testing.T) {
 	}
 }
 
-// TestIsDrifted: a claim drifts when what its node was made from changes, not when offerings
-// or deadlines do, and not across hash versions.
+// TestIsDrifted: a claim drifts when what its node was made from changes, not when offerings,
+// deadlines or the backend's Secrets and encryption do, and not across hash versions.
 func TestIsDrifted(t *testing.T) {
 	e := newEnv(t)
 	claim := e.create(test.NodeClaim("sim-x7k2q", "sim", e.clock.Now()))
@@ -252,6 +252,14 @@ func TestIsDrifted(t *testing.T) {
 		{name: "a deadline", change: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.NodeTypes[0].Deadlines.Apply = &metav1.Duration{Duration: time.Minute}
 		}},
+		// A Secret reference, encryption on or off: claims keep the backend they recorded.
+		{name: "the encryption key's Secret", change: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "new-key", Key: "passphrase"}}
+		}},
+		{name: "the pg connection's Secret", change: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.PG = &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "renamed", Key: "url"}}
+		}},
+		{name: "the token's lifetime", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Bootstrap.TokenTTL = metav1.Duration{Duration: time.Hour} }},
 		{name: "a variable", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Variables = map[string]string{"image": "ubuntu-26.04"} }, want: "NodeClassDrifted"},
 		{name: "the module version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" }, want: "NodeClassDrifted"},
 		{name: "an older hash version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" },
