@@ -188,6 +188,11 @@ const (
 	ReasonEncryptionKeyMissing = "EncryptionKeyMissing"
 	// ReasonInvalidEncryptionKey: the passphrase is too short (pbkdf2 needs 16 characters).
 	ReasonInvalidEncryptionKey = "InvalidEncryptionKey"
+	// ReasonEncryptionKeyChanged: a claim's state was written with another passphrase than
+	// its key Secret holds now (the key fingerprint it recorded differs); no run of it starts
+	// until the passphrase it was written with is back (on a Fulfillment's Applied or
+	// Destroyed).
+	ReasonEncryptionKeyChanged = "EncryptionKeyChanged"
 	// ReasonBackendSecretMissing: the Secret or key named by spec.backend.pg.connSecretRef
 	// does not exist.
 	ReasonBackendSecretMissing = "BackendSecretMissing"

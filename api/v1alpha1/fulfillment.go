@@ -126,6 +126,12 @@ type FulfillmentStatus struct {
 	// LockHolder is who holds the claim's state lock while a run waits for it.
 	// +optional
 	LockHolder *LockHolder `json:"lockHolder,omitempty"`
+	// EncryptionKeyFingerprint identifies the passphrase the claim's state is encrypted with
+	// (pbkdf2, no cheaper to guess from than the state), recorded when its first run started:
+	// a passphrase changed in its Secret afterwards is reported (EncryptionKeyChanged) before
+	// any run fails to decrypt the state.
+	// +optional
+	EncryptionKeyFingerprint string `json:"encryptionKeyFingerprint,omitempty"`
 }
 
 // LockHolder is who holds a state lock, from the lock's own record.

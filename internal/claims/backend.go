@@ -20,6 +20,8 @@ type backendValues struct {
 	pgConnStr string
 	// env is the runs' environment for the backend and encryption (PG_CONN_STR, TF_ENCRYPTION).
 	env map[string]string
+	// passphrase is the state encryption's passphrase ("": no encryption).
+	passphrase string
 }
 
 // readBackend reads the Secrets (in namespace) that spec refers to and checks their values.
@@ -54,6 +56,7 @@ func readBackend(ctx context.Context, reader client.Reader, namespace string, sp
 			return v, backendError(v1alpha1.ReasonInvalidEncryptionKey, fmt.Sprintf("state encryption key %s/%s key %s: %v", namespace, enc.KeySecretRef.Name, enc.KeySecretRef.Key, err))
 		}
 		maps.Copy(v.env, env)
+		v.passphrase = passphrase
 	}
 	return v, nil
 }
@@ -85,6 +88,9 @@ func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (
 	if err != nil {
 		return tfrunner.Backend{}, "", nil, err
 	}
+	if err := checkEncryptionKey(s.f, c.opts.Namespace, spec, values); err != nil {
+		return tfrunner.Backend{}, "", nil, err
+	}
 	key := statelock.Key(s.f.Spec.StateKey)
 	if spec.TypeOrDefault() == v1alpha1.BackendPG {
 		return tfrunner.Backend{Type: string(v1alpha1.BackendPG), Config: statelock.PGBackend(spec.PGSchema())}, string(key), values.env, nil
@@ -112,4 +118,31 @@ func (c *FulfillmentController) stateStore(ctx context.Context, s *claimState) (
 // Lease): its claim's UID, as on its runs, so what a claim left can be found by the claim.
 func stateLabels(f *v1alpha1.Fulfillment) map[string]string {
 	return map[string]string{tfrunner.LabelNodeClaimUID: f.Spec.NodeClaimUID}
+}
+
+// checkEncryptionKey compares the passphrase a run would use with the one the claim's state
+// was written with (its recorded fingerprint), and records it for the claim's first run. A
+// changed passphrase is a ConfigError: no run starts that could only fail to decrypt.
+func checkEncryptionKey(f *v1alpha1.Fulfillment, namespace string, spec v1alpha1.Backend, values backendValues) error {
+	if spec.Encryption == nil {
+		return nil
+	}
+	fp, err := statelock.KeyFingerprint(values.passphrase)
+	if err != nil {
+		return err
+	}
+	recorded := f.Status.EncryptionKeyFingerprint
+	if recorded == "" || len(f.Status.Runs) == 0 {
+		// No run has written a state yet.
+		f.Status.EncryptionKeyFingerprint = fp
+		return nil
+	}
+	if fp != recorded {
+		ref := spec.Encryption.KeySecretRef
+		return backendError(v1alpha1.ReasonEncryptionKeyChanged, fmt.Sprintf(
+			"the passphrase in secret %s/%s key %s is not the one this claim's state was written with "+
+				"(key fingerprint %s, recorded %s): put that passphrase back to update or destroy the machine",
+			namespace, ref.Name, ref.Key, fp, recorded))
+	}
+	return nil
 }

@@ -139,3 +139,20 @@ func TestEncryptionEnv(t *testing.T) {
 		t.Errorf("configuration allows plaintext: %s", cfg)
 	}
 }
+
+// TestKeyFingerprint: one passphrase, one fingerprint; another passphrase, another; none
+// shows the passphrase.
+func TestKeyFingerprint(t *testing.T) {
+	a, err := statelock.KeyFingerprint(testPassphrase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := statelock.KeyFingerprint(testPassphrase)
+	b, _ := statelock.KeyFingerprint(wrongPassphrase)
+	if a != again || a == b || !strings.HasPrefix(a, "pbkdf2-sha512:") || len(a) != len("pbkdf2-sha512:")+32 {
+		t.Errorf("fingerprints %s, %s, %s", a, again, b)
+	}
+	if strings.Contains(a, testPassphrase) {
+		t.Error("the fingerprint holds the passphrase")
+	}
+}
