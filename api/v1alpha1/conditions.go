@@ -210,6 +210,12 @@ const (
 	// or one that the fulfiller sets for tofu (TF_VAR_*, TF_LOG*, TF_CLI_ARGS*, TF_WORKSPACE,
 	// ...: terraform-exec refuses them).
 	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
+	// ReasonInvalidCredentials: the class's family says its credentials do not work (a wrong
+	// or revoked token, or one without a right it needs).
+	ReasonInvalidCredentials = "InvalidCredentials"
+	// ReasonCredentialsUnchecked: the family could not check the credentials (its API did
+	// not answer); checked again soon.
+	ReasonCredentialsUnchecked = "CredentialsUnchecked"
 	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
 	// Karpenter's 15 minutes (RegistrationWindow; NodeTypesLaunchable when no type fits).
 	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"

@@ -32,6 +32,14 @@ type TofuNodeClass struct {
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.backend) && has(oldSelf.backend.__namespace__) && size(oldSelf.backend.__namespace__) > 0 ? has(self.backend) && has(self.backend.__namespace__) && self.backend.__namespace__ == oldSelf.backend.__namespace__ : !(has(self.backend) && has(self.backend.__namespace__) && size(self.backend.__namespace__) > 0)",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
 // +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.pg) && has(oldSelf.backend.pg.schemaName) ? oldSelf.backend.pg.schemaName : 'fulfiller') == (has(self.backend) && has(self.backend.pg) && has(self.backend.pg.schemaName) ? self.backend.pg.schemaName : 'fulfiller')",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
 type TofuNodeClassSpec struct {
+	// Family names the kind of infrastructure the module builds, so that the fulfiller can
+	// use what it knows about it: its error rules, its catalogue of node types, the machines
+	// it can list for orphan collection. sim: modules/sim; hcloud: Hetzner Cloud servers;
+	// kubevirt: KubeVirt VirtualMachines; robot: Hetzner Robot dedicated servers. Empty: a
+	// generic module, classified by the generic error rules only.
+	// +kubebuilder:validation:Enum="";sim;hcloud;kubevirt;robot
+	// +optional
+	Family string `json:"family,omitempty"`
 	// Module is the OpenTofu module every node type uses unless it names its own.
 	Module ModuleSource `json:"module"`
 	// Backend is where each claim's state lives and is locked. One state per NodeClaim.

@@ -7,6 +7,7 @@ package main
 import (
 	"github.com/fulfiller-sh/fulfiller/internal/cli"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/providers"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 )
 
@@ -14,7 +15,7 @@ import (
 var version = "dev"
 
 func main() {
-	cli.Main("fulfiller-dev", version,
+	cli.Main("fulfiller-dev", version, providers.Families(),
 		cli.Command{Name: "sim", Summary: "start, run or stop a simulated machine", Run: sim.Main},
 		cli.Command{Name: "dev", Summary: "start (up) or stop (down) the local environment, or run the demo", Run: devenv.Main},
 	)

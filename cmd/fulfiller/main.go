@@ -3,11 +3,14 @@
 // environment and the simulated machine are in cmd/fulfiller-dev.
 package main
 
-import "github.com/fulfiller-sh/fulfiller/internal/cli"
+import (
+	"github.com/fulfiller-sh/fulfiller/internal/cli"
+	"github.com/fulfiller-sh/fulfiller/internal/providers"
+)
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
-	cli.Main("fulfiller", version)
+	cli.Main("fulfiller", version, providers.Families())
 }

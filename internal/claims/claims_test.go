@@ -226,7 +226,7 @@ func TestKubeletLabels(t *testing.T) {
 
 func TestValidateSpec(t *testing.T) {
 	nc := testClass()
-	if err := validateSpec(&nc.Spec); err != nil {
+	if err := validateSpec(&nc.Spec, nil); err != nil {
 		t.Fatalf("valid spec refused: %v", err)
 	}
 	bad := nc.DeepCopy()
@@ -236,7 +236,7 @@ func TestValidateSpec(t *testing.T) {
 	bad.Spec.NodeTypes[1].EvictionHard = map[string]string{"memory.available": "lots"}
 	bad.Spec.NodeTypes[0].ProviderIDTemplate = "sim://{name}"
 	bad.Spec.NodeTypes[0].ProviderIDFrom = &v1alpha1.ProviderIDFrom{Prefix: "x://"}
-	err := validateSpec(&bad.Spec)
+	err := validateSpec(&bad.Spec, nil)
 	if err == nil {
 		t.Fatal("invalid spec accepted")
 	}

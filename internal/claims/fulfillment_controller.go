@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -45,6 +46,11 @@ type Options struct {
 	// DestroyDeadline bounds a destroy run (default DefaultDestroyDeadline), as a node type's
 	// deadlines.apply bounds its applies: the runner interrupts tofu at it.
 	DestroyDeadline time.Duration
+	// Families are the node-type families classes may name (nil: generic classes only).
+	Families family.Registry
+	// ClusterName is this cluster's name: the value of the cluster label the modules put on
+	// every machine (v1alpha1.LabelCluster).
+	ClusterName string
 }
 
 // DefaultDestroyDeadline bounds a destroy when Options set none (FULFILLER_DESTROY_DEADLINE).

@@ -230,7 +230,7 @@ func TestKubeletArgs(t *testing.T) {
 	}
 	nc.Spec.Bootstrap.KubeletExtraArgs = append(nc.Spec.Bootstrap.KubeletExtraArgs, v1alpha1.KubeletArg{Name: "provider-id", Value: "x"})
 	nc.Spec.Bootstrap.ExtraCloudConfig = "#!/bin/sh\n"
-	err := validateSpec(&nc.Spec)
+	err := validateSpec(&nc.Spec, nil)
 	if err == nil || !strings.Contains(err.Error(), "kubelet arg provider-id is set by the fulfiller") || !strings.Contains(err.Error(), "extraCloudConfig") {
 		t.Errorf("validateSpec = %v, want the reserved arg and the bad cloud-config named", err)
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -46,6 +47,14 @@ type NodeClassController struct {
 	// credentials, in secretNamespace (the fulfiller's).
 	apiReader       client.Reader
 	secretNamespace string
+	// families are the node-type families the controller knows; a class's family adds its
+	// checks (family.ClassChecker) and checks its credentials (family.CredentialsChecker).
+	families family.Registry
+	// cluster is this cluster's name, the value of the cluster label (family.Scope).
+	cluster string
+	// credentialChecks remembers the family's verdict on each class's credentials, so that
+	// its API is asked at most every credentialsRecheck.
+	credentialChecks *verdictCache
 }
 
 // Re-check intervals: a class that is not Ready is looked at often, so it recovers soon after
@@ -59,7 +68,13 @@ const (
 func NewNodeClassController(kube client.Client, reader client.Reader, clk clock.Clock, recorder events.Recorder) *NodeClassController {
 	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, apiReader: reader, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
 		return bootstrap.Preflight(ctx, kube, reader)
-	}}
+	}, credentialChecks: newVerdictCache(clk)}
+}
+
+// WithFamilies sets the node-type families a class may name and this cluster's name.
+func (c *NodeClassController) WithFamilies(families family.Registry, cluster string) *NodeClassController {
+	c.families, c.cluster = families, cluster
+	return c
 }
 
 // WithTokenAuthProbe adds to the join preflight a check that the API server at cfg
@@ -99,17 +114,17 @@ func (c *NodeClassController) Register(_ context.Context, m manager.Manager) err
 }
 
 // classCheck is one check of a class: the condition it sets, and what decides it. Ready is
-// composed of the checks, in order; a family's check (its credentials, its catalogue) joins
-// the list with its own condition.
+// composed of the checks, in order: the generic ones (checks), then those of the class's
+// family (familyChecks), each with its own condition.
 type classCheck struct {
 	condition string
 	check     func(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error)
 }
 
 // verdict is what one check found: passed, or failed with a reason and a message that say
-// what is wrong.
+// what is wrong, or unknown (the check could not be made yet) with a reason and message.
 type verdict struct {
-	passed          bool
+	passed, unknown bool
 	reason, message string
 }
 
@@ -123,7 +138,7 @@ func failedCheck(reason string, err error) verdict {
 func (c *NodeClassController) checks() []classCheck {
 	return []classCheck{
 		{v1alpha1.ConditionSpecValid, func(_ context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
-			if err := validateSpec(&nc.Spec); err != nil {
+			if err := validateSpec(&nc.Spec, c.families); err != nil {
 				return failedCheck(v1alpha1.ReasonInvalidSpec, err), nil
 			}
 			return passed, nil
@@ -139,8 +154,11 @@ func (c *NodeClassController) checks() []classCheck {
 			return configVerdict(err)
 		}},
 		{v1alpha1.ConditionCredentialsReady, func(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
-			_, err := readCredentials(ctx, c.apiReader, c.secretNamespace, nc.Spec.Credentials)
-			return configVerdict(err)
+			env, err := readCredentials(ctx, c.apiReader, c.secretNamespace, nc.Spec.Credentials)
+			if err != nil {
+				return configVerdict(err)
+			}
+			return c.checkFamilyCredentials(ctx, nc, env)
 		}},
 		{v1alpha1.ConditionJoinPreflight, func(ctx context.Context, _ *v1alpha1.TofuNodeClass) (verdict, error) {
 			failure, err := c.preflight(ctx)
@@ -186,7 +204,7 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	}
 	updated := nc.DeepCopy()
 	conds := updated.StatusConditions(status.WithClock(c.clock))
-	checks := c.checks()
+	checks := append(c.checks(), c.familyChecks(nc)...)
 	order := make([]string, 0, len(checks))
 	for _, chk := range checks {
 		v, err := chk.check(ctx, nc)
@@ -228,6 +246,8 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 // setVerdict sets a check's condition.
 func setVerdict(conds status.ConditionSet, condition string, v verdict) {
 	switch {
+	case v.unknown:
+		conds.SetUnknownWithReason(condition, v.reason, v.message)
 	case !v.passed:
 		conds.SetFalse(condition, v.reason, v.message)
 	case v.reason != "":
@@ -261,9 +281,13 @@ func misfitMessage(misfits []string) string {
 		strings.Join(misfits, ", "), shortDuration(registrationWindow))
 }
 
-// validateSpec checks what the CRD schema cannot: prices, capacities, unique zones.
-func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
+// validateSpec checks what the CRD schema cannot: a family this binary knows, prices,
+// capacities, unique zones.
+func validateSpec(spec *v1alpha1.TofuNodeClassSpec, families family.Registry) error {
 	var errs []error
+	if !families.Knows(spec.Family) {
+		errs = append(errs, fmt.Errorf("family %s is not built into this controller (it knows %s)", spec.Family, strings.Join(families.Names(), ", ")))
+	}
 	for _, nt := range spec.NodeTypes {
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 			if q, ok := nt.Capacity[r]; !ok || q.Sign() <= 0 {

@@ -142,6 +142,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		Deadline:  deadline,
 		Name:      runName(s.f, op, attempt),
 		Operation: op,
+		Family:    familyName(s),
 		ModuleDir: s.f.Spec.Module,
 		Backend:   backend,
 		Workspace: workspace,
@@ -162,7 +163,17 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	}, nil
 }
 
-// stateNamespace is where the claim's state lives (kubernetes backend).
+// familyName is the node-type family of the claim's class, whose error rules classify its
+// runs (generic when the class is gone).
+func familyName(s *claimState) string {
+	if s.nc != nil {
+		return s.nc.Spec.Family
+	}
+	return ""
+}
+
+// stateNamespace is where the claim's state lives (kubernetes backend): the backend namespace
+// the claim recorded (its class's, or the controller's state namespace).
 func (c *FulfillmentController) stateNamespace(s *claimState) string {
 	if ns := c.runSettings(s).Backend.Namespace; ns != "" {
 		return ns

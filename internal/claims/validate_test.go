@@ -64,7 +64,7 @@ func TestValidateSpecValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := testClass()
 			tc.mutate(&nc.Spec.NodeTypes[0], &nc.Spec)
-			err := validateSpec(&nc.Spec)
+			err := validateSpec(&nc.Spec, nil)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("validateSpec = %v, want valid", err)

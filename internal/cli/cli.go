@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/operator"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -25,16 +26,22 @@ type Command struct {
 }
 
 // Main runs the command that os.Args[1] names and exits with its code. The commands are
-// controller, run, robot, then extra, then version; binary names the program in usage messages.
-func Main(binary, version string, extra ...Command) {
-	os.Exit(dispatch(binary, commands(version, extra), os.Args[1:], os.Stdout, os.Stderr))
+// controller, run, robot, then extra, then version; binary names the program in usage
+// messages. families are the node-type families the binary knows: the controller uses them,
+// and the runner classifies failures with their error rules.
+func Main(binary, version string, families family.Registry, extra ...Command) {
+	os.Exit(dispatch(binary, commands(version, families, extra), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // commands are the commands every binary has, with extra before version.
-func commands(version string, extra []Command) []Command {
+func commands(version string, families family.Registry, extra []Command) []Command {
 	cmds := []Command{
-		{Name: "controller", Summary: "run Karpenter core with the fulfiller provider and controllers", Run: controller},
-		{Name: "run", Summary: "run one tofu operation for one claim (the runner)", Run: tfrunner.Main},
+		{Name: "controller", Summary: "run Karpenter core with the fulfiller provider and controllers", Run: func(args []string) int {
+			return controller(args, families)
+		}},
+		{Name: "run", Summary: "run one tofu operation for one claim (the runner)", Run: func(args []string) int {
+			return tfrunner.Main(args, families.Rules())
+		}},
 		{Name: "robot", Summary: "activate, release or probe a leased Hetzner Robot server (modules/hetzner-robot)", Run: robot.Main},
 	}
 	cmds = append(cmds, extra...)
@@ -46,9 +53,9 @@ func commands(version string, extra []Command) []Command {
 
 // controller runs the operator, which parses the process's flags itself (Karpenter's options
 // read os.Args), so the command's arguments become os.Args.
-func controller(args []string) int {
+func controller(args []string, families family.Registry) int {
 	os.Args = append([]string{os.Args[0]}, args...)
-	operator.Run()
+	operator.Run(families)
 	return 0
 }
 

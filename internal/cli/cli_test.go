@@ -13,7 +13,7 @@ func TestDispatch(t *testing.T) {
 		got = args
 		return 3
 	}}
-	cmds := commands("v1", []Command{sim})
+	cmds := commands("v1", nil, []Command{sim})
 	if names := commandNames(cmds); !slices.Equal(names, []string{"controller", "run", "robot", "sim", "version"}) {
 		t.Fatalf("commands = %v, want controller, run, robot, the extra ones, version", names)
 	}

@@ -21,13 +21,15 @@ import (
 	"sigs.k8s.io/karpenter/pkg/operator"
 
 	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Run starts the controller and blocks. Flags come from the process's command line (the
-// caller strips its own sub-command first).
-func Run() {
+// caller strips its own sub-command first). families are the node-type families classes may
+// name.
+func Run(families family.Registry) {
 	ctx, op := operator.NewOperator()
 	opts := FromContext(ctx)
 	if opts.EncryptionSecret != "" {
@@ -50,7 +52,7 @@ func Run() {
 			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
 		WithControllers(ctx,
 			claims.NewNodeClassController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder).
-				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()),
+				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()).WithFamilies(families, opts.ClusterName),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
 				Namespace:       opts.Namespace,
@@ -58,6 +60,8 @@ func Run() {
 				TofuPath:        tofu,
 				RunEnv:          runEnv,
 				DestroyDeadline: opts.DestroyDeadline,
+				Families:        families,
+				ClusterName:     opts.ClusterName,
 			}),
 		).
 		Start(ctx)

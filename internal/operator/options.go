@@ -33,6 +33,9 @@ const (
 // Options are the fulfiller's own controller flags; each also reads an environment variable.
 // They are parsed with Karpenter's, from the same command line.
 type Options struct {
+	// ClusterName is this cluster's name: the modules label every machine with it
+	// (v1alpha1.LabelCluster), and the orphan collector deletes only machines that carry it.
+	ClusterName    string
 	Namespace      string
 	StateNamespace string
 	// EncryptionSecret names a Secret in Namespace that the controller creates, with a random
@@ -60,6 +63,7 @@ type Options struct {
 }
 
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
+	fs.StringVar(&o.ClusterName, "cluster-name", env.WithDefaultString("FULFILLER_CLUSTER_NAME", ""), "This cluster's name, labelled on every machine (fulfiller.sh/cluster); machines without it are never collected as orphans")
 	fs.StringVar(&o.Namespace, "fulfiller-namespace", env.WithDefaultString("FULFILLER_NAMESPACE", "fulfiller"), "Namespace of runs, claims' user data and the Secrets classes name")
 	fs.StringVar(&o.StateNamespace, "state-namespace", env.WithDefaultString("FULFILLER_STATE_NAMESPACE", ""), "Namespace of the claims' states and locks (kubernetes backend; empty: the fulfiller namespace); runners need Secrets and Leases there only")
 	fs.StringVar(&o.EncryptionSecret, "encryption-secret", env.WithDefaultString("FULFILLER_ENCRYPTION_SECRET", ""), "Secret in the fulfiller namespace to create with a random state encryption passphrase when it is missing (empty: none)")

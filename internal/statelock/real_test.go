@@ -23,7 +23,7 @@ const runnerEnv = "STATELOCK_TEST_RUNNER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runnerEnv) == "1" {
-		os.Exit(tfrunner.Main(os.Args[1:]))
+		os.Exit(tfrunner.Main(os.Args[1:], nil))
 	}
 	os.Exit(m.Run())
 }
@@ -114,7 +114,7 @@ func simRun(t *testing.T, name string, op tfrunner.Operation, backend tfrunner.B
 func run(t *testing.T, ctx context.Context, req tfrunner.Request) (tfrunner.Result, string) {
 	t.Helper()
 	var log testenv.SyncBuffer
-	res := tfrunner.Run(ctx, req, &log)
+	res := tfrunner.Run(ctx, req, &log, nil)
 	out := log.String()
 	secrets := []string{fakeToken, testPassphrase, wrongPassphrase, pgPassphrase}
 	for k, v := range req.Env {

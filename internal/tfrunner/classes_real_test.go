@@ -53,9 +53,10 @@ func simRequest(t *testing.T, name string, params map[string]string) Request {
 	}
 }
 
-// TestFailureClassesOnRealRuns provokes every failure class with real tofu runs of the
+// TestFailureClassesOnRealRuns provokes the generic failure classes with real tofu runs of the
 // shipped simulated module (and a broken module, and a held kubernetes-backend lock against a
-// real API server) and checks the class the run reports, which is the reason users see.
+// real API server) and checks the class the run reports, which is the reason users see. The
+// classes of the simulated cloud's error codes are the sim family's (internal/providers/sim).
 func TestFailureClassesOnRealRuns(t *testing.T) {
 	cp := testenv.StartT(t, testenv.Options{})
 	cs, err := kubernetes.NewForConfig(cp.Config)
@@ -71,15 +72,6 @@ func TestFailureClassesOnRealRuns(t *testing.T) {
 		class ErrorClass
 		want  string // in the message
 	}{
-		{name: "capacity", params: map[string]string{"apply_error": "capacity"}, class: Capacity,
-			want: "resource_unavailable: server type sim-small is not available in sim-1"},
-		{name: "quota", params: map[string]string{"apply_error": "quota"}, class: Quota, want: "server_limit_exceeded"},
-		{name: "credentials", params: map[string]string{"apply_error": "credentials"}, class: Credentials,
-			want: "unable to authenticate (unauthorized)"},
-		{name: "transient", params: map[string]string{"apply_error": "transient"}, class: Transient,
-			want: "rate_limit_exceeded"},
-		{name: "invalid input of the cloud api", params: map[string]string{"apply_error": "invalid"}, class: InvalidModule,
-			want: "invalid_input"},
 		{name: "invalid module input", params: map[string]string{"apply_delay": "soon"}, class: InvalidModule,
 			want: "parameters.apply_delay must be a number of seconds"},
 		{name: "broken hcl", class: InvalidModule, edit: func(t *testing.T, r *Request, log *testenv.SyncBuffer) context.Context {
@@ -126,7 +118,7 @@ func TestFailureClassesOnRealRuns(t *testing.T) {
 					runCtx = c
 				}
 			}
-			res := Run(runCtx, req, log)
+			res := Run(runCtx, req, log, nil)
 			if res.Succeeded || res.Error == nil {
 				t.Fatalf("run succeeded:\n%s", log.String())
 			}

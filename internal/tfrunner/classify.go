@@ -119,49 +119,49 @@ var invalidModulePrefixes = []string{
 	"Invalid variable ", // Invalid variable name, Invalid variable type, ...
 }
 
-// tokenRules map well-known error codes and phrases, as they appear in provider and backend
-// error text, to classes. The classes are tried in this order; within a text, a token matches
-// as a whole word (case-insensitive), so rate_limit_exceeded is not limit_exceeded. Codes are
-// those of the Hetzner Cloud API plus generic HTTP and network phrases.
-var tokenRules = []struct {
+// Rules are a node-type family's error rules: they recognise the codes and phrases of its
+// cloud API and provider in one error diagnostic. The runner links the rules of every
+// family it knows (RuleSet) and uses those of the request's family (Request.Family).
+type Rules interface {
+	// Classify returns the class of d, and false when the rules do not recognise it.
+	Classify(d Diagnostic) (ErrorClass, bool)
+}
+
+// RuleSet holds the error rules of each family by name.
+type RuleSet map[string]Rules
+
+// For returns the rules of a family, nil when it has none (or family is empty: a generic
+// module).
+func (rs RuleSet) For(family string) Rules {
+	if family == "" {
+		return nil
+	}
+	return rs[family]
+}
+
+// genericRules recognise what any run may hit whatever its module builds: the state
+// backend or the state encryption refusing the credentials, and network and HTTP errors that
+// pass. Each token matches as a whole word or phrase, case-insensitive; the classes are tried
+// in this order. A cloud's own error codes (quota, capacity, rejected input) are its family's
+// Rules, never these.
+var genericRules = []struct {
 	class  ErrorClass
 	tokens []string
 }{
-	{Credentials, []string{"unauthorized", "401", "403", "forbidden", "invalid token", "token is invalid", "token_readonly",
-		"invalid credentials", "authentication failed", "access denied",
+	{Credentials, []string{"unauthorized", "401", "403", "forbidden", "invalid credentials", "authentication failed", "access denied",
 		// State encryption (internal/encryption/base.go): a wrong key, or a plaintext state
 		// where encryption is enforced without a fallback.
 		"decryption failed", "unencrypted payload without unencrypted method configured"}},
-	{Quota, []string{"limit_exceeded", "server_limit_exceeded", "resource_limit_exceeded", "quota",
-		"quota_exceeded", "quotaexceeded"}},
-	{Capacity, []string{"resource_unavailable", "placement_error", "insufficient capacity",
-		"insufficient_capacity", "insufficientcapacity", "insufficientinstancecapacity", "out of capacity"}},
-	{InvalidModule, []string{"invalid_input", "json_error", "uniqueness_error"}},
-	{Transient, []string{"rate_limit_exceeded", "too many requests", "429", "timeout", "timed out",
-		"connection refused", "connection reset", "no such host", "service unavailable", "502", "503", "504",
-		"conflict", "locked", "server_error", "service_error", "maintenance", "temporarily unavailable"}},
-}
-
-// phraseRules recognise errors a provider makes itself, by all of their words (each a
-// whole word or phrase, case-insensitive). They are tried after tokenRules. The Hetzner
-// Cloud provider looks up names before it creates a server and reports what it did not find
-// (terraform-provider-hcloud internal/server/resource.go).
-var phraseRules = []struct {
-	class ErrorClass
-	words []string
-}{
-	{InvalidModule, []string{"server type", "not found"}},
-	{InvalidModule, []string{"image", "for architecture", "not found"}},
-	{InvalidModule, []string{"ssh key not found"}},
-	{InvalidModule, []string{"placement group not found"}},
+	{Transient, []string{"too many requests", "429", "timeout", "timed out", "connection refused", "connection reset",
+		"no such host", "service unavailable", "502", "503", "504", "temporarily unavailable"}},
 }
 
 // Classify turns the error diagnostics of a run and the error tfexec returned into a
 // RunError, or nil when the run succeeded. Rules, first match wins: the run's context
 // (cancelled, deadline), errors of this package (invalid module or request), the state-lock
-// diagnostic, configuration diagnostics, error codes in the diagnostics' text, then a
-// provider's own phrases.
-func Classify(diags []Diagnostic, runErr error) *RunError {
+// diagnostic, configuration diagnostics, the family's rules (nil: none), then the generic
+// rules.
+func Classify(diags []Diagnostic, runErr error, rules Rules) *RunError {
 	var errs []Diagnostic
 	for _, d := range diags {
 		if d.Severity == "error" {
@@ -189,19 +189,16 @@ func Classify(diags []Diagnostic, runErr error) *RunError {
 			return newRunError(InvalidModule, d.text())
 		}
 	}
-	for _, rule := range tokenRules {
+	if rules != nil {
 		for _, d := range errs {
-			text := strings.ToLower(d.codeText())
-			for _, token := range rule.tokens {
-				if containsWord(text, token) {
-					return newRunError(rule.class, d.text())
-				}
+			if class, ok := rules.Classify(d); ok {
+				return newRunError(class, d.text())
 			}
 		}
 	}
-	for _, rule := range phraseRules {
+	for _, rule := range genericRules {
 		for _, d := range errs {
-			if containsAllWords(strings.ToLower(d.codeText()), rule.words) {
+			if ContainsAnyWord(d.CodeText(), rule.tokens) {
 				return newRunError(rule.class, d.text())
 			}
 		}
@@ -210,6 +207,31 @@ func Classify(diags []Diagnostic, runErr error) *RunError {
 		return newRunError(Unknown, errs[0].text())
 	}
 	return newRunError(Unknown, runErr.Error())
+}
+
+// ContainsAnyWord reports whether text holds one of tokens as a whole word or phrase,
+// case-insensitive: no letter, digit or underscore directly before or after it, so
+// rate_limit_exceeded does not hold limit_exceeded. Tokens are lower case.
+func ContainsAnyWord(text string, tokens []string) bool {
+	text = strings.ToLower(text)
+	for _, token := range tokens {
+		if containsWord(text, token) {
+			return true
+		}
+	}
+	return false
+}
+
+// ContainsAllWords reports whether text holds every one of words (lower case), each as
+// ContainsAnyWord finds it.
+func ContainsAllWords(text string, words []string) bool {
+	text = strings.ToLower(text)
+	for _, w := range words {
+		if !containsWord(text, w) {
+			return false
+		}
+	}
+	return true
 }
 
 func isInvalidModuleSummary(summary string) bool {
@@ -224,15 +246,6 @@ func isInvalidModuleSummary(summary string) bool {
 		}
 	}
 	return false
-}
-
-func containsAllWords(text string, words []string) bool {
-	for _, w := range words {
-		if !containsWord(text, w) {
-			return false
-		}
-	}
-	return true
 }
 
 // containsWord reports whether token occurs in text with no letter, digit or underscore
@@ -263,9 +276,9 @@ const (
 	localExecOutput  = ". Output: "
 )
 
-// codeText is the text to look for error codes in: for a failed local-exec provisioner only
-// its output, so words in the module's command line do not count.
-func (d Diagnostic) codeText() string {
+// CodeText is the text of d to look for error codes in: for a failed local-exec provisioner
+// only its output, so words in the module's command line do not count.
+func (d Diagnostic) CodeText() string {
 	if d.Summary == localExecSummary {
 		if _, output, ok := strings.Cut(d.Detail, localExecOutput); ok {
 			return output

@@ -22,7 +22,9 @@ const fixtureDir = "testdata/diagnostics"
 
 // simulatedAPIErrors are what the simulated API prints before failing, in the two shapes
 // real tools print Hetzner Cloud API errors: "code: message" (hcloud CLI) and
-// "message (code, correlation id)" (terraform-provider-hcloud).
+// "message (code, correlation id)" (terraform-provider-hcloud). Their fixtures
+// (local-exec-*) are the hcloud family's: internal/providers/hcloud classifies them with its
+// rules.
 var simulatedAPIErrors = map[string]string{
 	"resource-unavailable": "resource_unavailable: server type cx22 unavailable in fsn1",
 	"placement-error":      "error during placement (placement_error, 5c2d1bcf0a7b3e41)",
@@ -48,7 +50,7 @@ func readFixture(t *testing.T, name string) []Diagnostic {
 	scanner := bufio.NewScanner(f)
 	scanner.Buffer(nil, 1<<20)
 	for scanner.Scan() {
-		d, ok := parseDiagnostic(scanner.Bytes())
+		d, ok := ParseDiagnostic(scanner.Bytes())
 		if !ok {
 			t.Fatalf("%s: not a diagnostic: %s", name, scanner.Text())
 		}
@@ -72,33 +74,10 @@ func TestClassifyFixtures(t *testing.T) {
 		"unsupported-argument":                InvalidModule,
 		"required-variable":                   InvalidModule,
 		"invalid-value":                       InvalidModule,
-		"local-exec-resource-unavailable":     Capacity,
-		"local-exec-placement-error":          Capacity,
-		"local-exec-server-limit":             Quota,
-		"local-exec-resource-limit":           Quota,
-		"local-exec-unauthorized":             Credentials,
-		"local-exec-forbidden":                Credentials,
-		"local-exec-rate-limit":               Transient,
-		"local-exec-action-locked":            Transient,
-		"local-exec-api-timeout":              Transient,
-		"local-exec-service-unavailable":      Transient,
-		"local-exec-unexplained":              Unknown,
-		// The real hcloud provider against the stand-in (TestHcloudProviderDiagnostics).
-		"hcloud-resource-unavailable": Capacity,
-		"hcloud-placement-error":      Capacity,
-		"hcloud-resource-limit":       Quota,
-		"hcloud-invalid-location":     InvalidModule,
-		"hcloud-unknown-server-type":  InvalidModule,
-		"hcloud-unknown-image":        InvalidModule,
-		"hcloud-unauthorized":         Credentials,
-		"hcloud-token-malformed":      Credentials,
-		"hcloud-rate-limit":           Transient,
-		"hcloud-server-error":         Transient,
-		"hcloud-locked":               Transient,
 	} {
 		t.Run(fixture, func(t *testing.T) {
 			diags := readFixture(t, fixture)
-			got := Classify(diags, exitErr)
+			got := Classify(diags, exitErr, nil)
 			if got == nil || got.Class != want {
 				t.Fatalf("Classify() = %v, want class %s", got, want)
 			}
@@ -124,6 +103,7 @@ func TestClassify(t *testing.T) {
 		name   string
 		diags  []Diagnostic
 		err    error
+		rules  Rules
 		want   ErrorClass // "" for success
 		substr string
 	}{
@@ -135,16 +115,12 @@ func TestClassify(t *testing.T) {
 		{name: "invalid request", err: fmt.Errorf("%w: bad env", ErrInvalidRequest), want: InvalidModule},
 		{name: "lock before module errors", diags: []Diagnostic{diag("Unsupported argument", ""), lock}, err: exitErr, want: LockHeld},
 		{name: "module before codes", diags: []Diagnostic{localExec("unauthorized"), diag("Duplicate backend configuration", "")}, err: exitErr, want: InvalidModule},
-		{name: "rate limit is not quota", diags: []Diagnostic{localExec("rate_limit_exceeded")}, err: exitErr, want: Transient},
-		{name: "quota is case-insensitive", diags: []Diagnostic{localExec("Quota exceeded for CPUS")}, err: exitErr, want: Quota},
-		{name: "credentials before capacity", diags: []Diagnostic{localExec("401 (resource_unavailable)")}, err: exitErr, want: Credentials},
-		{name: "capacity before transient", diags: []Diagnostic{localExec("resource_unavailable after timeout")}, err: exitErr, want: Capacity},
-		{name: "rejected input is the module's", diags: []Diagnostic{localExec("error: invalid_input: invalid input in field 'server_type'")}, err: exitErr, want: InvalidModule},
-		{name: "invalid input before transient", diags: []Diagnostic{localExec("invalid_input (conflict)")}, err: exitErr, want: InvalidModule},
-		{name: "insufficient capacity phrase", diags: []Diagnostic{localExec("Insufficient capacity in zone")}, err: exitErr, want: Capacity},
-		{name: "a provider's lookup", diags: []Diagnostic{diag("server type cx99 not found", "")}, err: exitErr, want: InvalidModule},
-		{name: "phrases need all their words", diags: []Diagnostic{diag("server type cx23 is gone", "")}, err: exitErr, want: Unknown},
-		{name: "codes before phrases", diags: []Diagnostic{diag("SSH key not found (unauthorized, 0123456789abcdef)", "")}, err: exitErr, want: Credentials},
+		{name: "a cloud's codes are its family's", diags: []Diagnostic{localExec("resource_unavailable: server type cx22 unavailable")}, err: exitErr, want: Unknown},
+		{name: "family rules", diags: []Diagnostic{localExec("resource_unavailable")}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: Capacity},
+		{name: "family rules before generic", diags: []Diagnostic{localExec("503 resource_unavailable")}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: Capacity},
+		{name: "family rules after the lock", diags: []Diagnostic{localExec("resource_unavailable"), lock}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: LockHeld},
+		{name: "generic rules when the family's know nothing", diags: []Diagnostic{localExec("connection refused")}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: Transient},
+		{name: "credentials before transient", diags: []Diagnostic{localExec("401 after timeout")}, err: exitErr, want: Credentials},
 		{name: "numbers are whole words", diags: []Diagnostic{localExec("server 4012 failed")}, err: exitErr, want: Unknown},
 		{name: "command line is not output", diags: []Diagnostic{localExec("boom")}, err: exitErr, want: Unknown, substr: "boom"},
 		{name: "backend error", diags: []Diagnostic{diag("Error loading state", `secrets "tfstate-default-x" is forbidden: User "system:serviceaccount:x:y" cannot get resource "secrets"`)}, err: exitErr, want: Credentials},
@@ -152,7 +128,7 @@ func TestClassify(t *testing.T) {
 		{name: "no diagnostics", err: errors.New("exit status 2\nError: something on stderr"), want: Unknown, substr: "exit status 2 Error: something on stderr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Classify(tc.diags, tc.err)
+			got := Classify(tc.diags, tc.err, tc.rules)
 			if tc.want == "" {
 				if got != nil {
 					t.Fatalf("Classify() = %v, want nil", got)
@@ -167,7 +143,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestClassifyBoundsMessage(t *testing.T) {
-	got := Classify([]Diagnostic{{Severity: "error", Summary: "boom", Detail: strings.Repeat("é\n", 400)}}, exitErr)
+	got := Classify([]Diagnostic{{Severity: "error", Summary: "boom", Detail: strings.Repeat("é\n", 400)}}, exitErr, nil)
 	if len(got.Message) > v1alpha1.MaxMessageLength || strings.Contains(got.Message, "\n") || !strings.HasSuffix(got.Message, "…") {
 		t.Errorf("message (%d bytes) = %q", len(got.Message), got.Message)
 	}

@@ -22,10 +22,12 @@ func TestCaptureFixtures(t *testing.T) {
 	if err := os.MkdirAll(fixtureDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The simulated Hetzner Cloud API errors are the hcloud family's fixtures.
+	hcloudFixtures := filepath.Join("..", "providers", "hcloud", "testdata", "diagnostics")
 	save := func(name, log string) {
 		var lines []string
 		for _, line := range strings.Split(log, "\n") {
-			if d, ok := parseDiagnostic([]byte(line)); ok && d.Severity == "error" {
+			if d, ok := ParseDiagnostic([]byte(line)); ok && d.Severity == "error" {
 				lines = append(lines, line)
 			}
 		}
@@ -33,13 +35,17 @@ func TestCaptureFixtures(t *testing.T) {
 			t.Errorf("%s: no error diagnostics in\n%s", name, log)
 			return
 		}
-		if err := os.WriteFile(filepath.Join(fixtureDir, name+".jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		dir := fixtureDir
+		if strings.HasPrefix(name, "local-exec-") {
+			dir = hcloudFixtures
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	run := func(name string, req Request) {
 		var log testenv.SyncBuffer
-		Run(context.Background(), req, &log)
+		Run(context.Background(), req, &log, nil)
 		save(name, log.String())
 	}
 	state := func() string { return filepath.Join(t.TempDir(), "state.tfstate") }
@@ -76,7 +82,7 @@ func TestCaptureFixtures(t *testing.T) {
 	holder := nodeRequest(t, "node-x", "node", shared, map[string]string{"sleep_seconds": "30"})
 	var holderLog testenv.SyncBuffer
 	done := make(chan struct{})
-	go func() { Run(ctx, holder, &holderLog); close(done) }()
+	go func() { Run(ctx, holder, &holderLog, nil); close(done) }()
 	eventually(t, 30e9, "the holder to provision", func() bool { return provisioning(holderLog.String()) })
 	run("state-locked", nodeRequest(t, "node-x", "node", shared, nil))
 	cancel()

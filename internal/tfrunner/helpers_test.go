@@ -17,9 +17,32 @@ const mainEnv = "TFRUNNER_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
-		os.Exit(Main(os.Args[1:]))
+		os.Exit(Main(os.Args[1:], testRules))
 	}
 	os.Exit(m.Run())
+}
+
+// testFamily is the family of the suite's node module: its simulated cloud API fails with
+// the Hetzner Cloud API's codes (simulatedAPIErrors), which testRules know and the generic
+// rules do not, as a family's rules would.
+const testFamily = "test-cloud"
+
+var testRules = RuleSet{testFamily: codeRules{
+	"resource_unavailable": Capacity, "placement_error": Capacity,
+	"server_limit_exceeded": Quota, "resource_limit_exceeded": Quota,
+	"rate_limit_exceeded": Transient, "locked": Transient,
+}}
+
+// codeRules are a family's rules for tests: a code, as a whole word, gives a class.
+type codeRules map[string]ErrorClass
+
+func (r codeRules) Classify(d Diagnostic) (ErrorClass, bool) {
+	for code, class := range r {
+		if ContainsAnyWord(d.CodeText(), []string{code}) {
+			return class, true
+		}
+	}
+	return "", false
 }
 
 // testUserData stands in for the cloud-init with a join token; it must never reach a log.
@@ -52,6 +75,7 @@ func nodeRequest(t *testing.T, name, module, state string, params map[string]str
 	return Request{
 		Name:      name,
 		Operation: Apply,
+		Family:    testFamily,
 		ModuleDir: moduleDir(t, module),
 		WorkDir:   t.TempDir(),
 		Backend:   Backend{Type: "local", Config: map[string]string{"path": state}},

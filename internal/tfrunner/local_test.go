@@ -213,11 +213,11 @@ func TestLocalExecutorLostRuns(t *testing.T) {
 
 func TestMainWritesResult(t *testing.T) {
 	var stdout, stderr strings.Builder
-	if code := runMain(nil, &stdout, &stderr); code != 2 {
+	if code := runMain(nil, nil, &stdout, &stderr); code != 2 {
 		t.Errorf("no arguments: exit %d", code)
 	}
 	dir := t.TempDir()
-	if code := runMain([]string{"--request", filepath.Join(dir, RequestFileName)}, &stdout, &stderr); code != 1 {
+	if code := runMain([]string{"--request", filepath.Join(dir, RequestFileName)}, nil, &stdout, &stderr); code != 1 {
 		t.Errorf("missing request: exit %d", code)
 	}
 	res, err := ReadResult(filepath.Join(dir, ResultFileName))

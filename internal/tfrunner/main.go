@@ -30,12 +30,13 @@ import (
 // The run log goes to stdout (the local executor points stdout at run.log; in a Job it is
 // what `kubectl logs` shows). SIGINT and SIGTERM interrupt tofu, which releases its state
 // lock, and the run ends as Cancelled. The exit code is 0 when the run succeeded, 1 when it
-// failed and 2 on bad usage.
-func Main(args []string) int {
-	return runMain(args, os.Stdout, os.Stderr)
+// failed and 2 on bad usage. rules are the error rules of every family the binary knows; the
+// request's family picks its own.
+func Main(args []string, rules RuleSet) int {
+	return runMain(args, rules, os.Stdout, os.Stderr)
 }
 
-func runMain(args []string, stdout, stderr io.Writer) int {
+func runMain(args []string, rules RuleSet, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("run", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	requestPath := flags.String("request", "", "path of the request file")
@@ -79,7 +80,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 			runCtx, cancel = context.WithTimeout(ctx, req.Deadline)
 			defer cancel()
 		}
-		res = Run(runCtx, req, stdout)
+		res = Run(runCtx, req, stdout, rules)
 	}
 	if *terminationLog != "" {
 		if err := writeTerminationLog(*terminationLog, res); err != nil {

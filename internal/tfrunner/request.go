@@ -41,6 +41,9 @@ type Request struct {
 	// Name identifies the run (a DNS-1123 label, e.g. "<claim>-apply-1").
 	Name      string    `json:"name"`
 	Operation Operation `json:"operation"`
+	// Family is the node-type family of the claim's class (empty: a generic module): its
+	// error rules classify the run's failures.
+	Family string `json:"family,omitempty"`
 	// ModuleDir is the node type's module (a local folder); it is copied, never changed.
 	ModuleDir string `json:"moduleDir"`
 	// WorkDir is a fresh folder the run owns.

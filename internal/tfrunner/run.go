@@ -40,8 +40,9 @@ const (
 // TofuEnvPrefix variables (credentials, the connection string, the encryption configuration)
 // with the passwords and passphrases inside them. Cancelling ctx interrupts tofu (SIGINT)
 // and waits for it to stop, so it releases the state lock; the result then has class
-// Cancelled (or Timeout when ctx's deadline passed).
-func Run(ctx context.Context, req Request, log io.Writer) Result {
+// Cancelled (or Timeout when ctx's deadline passed). Failures are classified with the generic
+// rules and those of the request's family in rules (nil: the generic rules only).
+func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result {
 	res := Result{Operation: req.Operation, Started: time.Now().UTC()}
 	out := newRunLog(log, secretValues(req.Variables, nil))
 	values, passwords, pieces := envSecrets(req.Env, tofuEnvFromRunner())
@@ -57,7 +58,7 @@ func Run(ctx context.Context, req Request, log io.Writer) Result {
 		err = fmt.Errorf("%w (%s)", ctx.Err(), v1alpha1.ShortMessage(err.Error()))
 	}
 	out.flush()
-	res.Error = Classify(out.diagnostics(), err)
+	res.Error = Classify(out.diagnostics(), err, rules.For(req.Family))
 	if res.Error != nil {
 		res.Error.Message = out.redact(res.Error.Message)
 		res.Succeeded = false

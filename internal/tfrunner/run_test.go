@@ -24,7 +24,7 @@ func TestRunApplyThenDestroy(t *testing.T) {
 	}
 	req := nodeRequest(t, "node-a", "node", state, map[string]string{"record_dir": record})
 	var log testenv.SyncBuffer
-	res := Run(context.Background(), req, &log)
+	res := Run(context.Background(), req, &log, testRules)
 	if !res.Succeeded || res.Error != nil {
 		t.Fatalf("apply failed: %+v\n%s", res.Error, log.String())
 	}
@@ -81,7 +81,7 @@ func TestRunApplyThenDestroy(t *testing.T) {
 	destroy.Operation = Destroy
 	destroy.WorkDir = t.TempDir()
 	log = testenv.SyncBuffer{}
-	res = Run(context.Background(), destroy, &log)
+	res = Run(context.Background(), destroy, &log, testRules)
 	if !res.Succeeded || res.ProviderID != "" || res.Outputs != nil {
 		t.Fatalf("destroy: %+v\n%s", res, log.String())
 	}
@@ -105,12 +105,12 @@ func TestRunLockHeldAndCancel(t *testing.T) {
 	holder := nodeRequest(t, "node-c", "node", state, map[string]string{"sleep_seconds": "30"})
 	var holderLog testenv.SyncBuffer
 	done := make(chan Result, 1)
-	go func() { done <- Run(ctx, holder, &holderLog) }()
+	go func() { done <- Run(ctx, holder, &holderLog, testRules) }()
 	eventually(t, 30*time.Second, "the holder to provision", func() bool { return provisioning(holderLog.String()) })
 
 	contender := nodeRequest(t, "node-c", "node", state, nil)
 	var log testenv.SyncBuffer
-	res := Run(context.Background(), contender, &log)
+	res := Run(context.Background(), contender, &log, testRules)
 	if res.Error == nil || res.Error.Class != LockHeld || !res.Error.Class.Retryable() {
 		t.Errorf("second run: %+v, want class %s\n%s", res.Error, LockHeld, log.String())
 	}
@@ -135,7 +135,7 @@ func TestRunLockHeldAndCancel(t *testing.T) {
 
 	next := nodeRequest(t, "node-c", "node", state, nil)
 	log = testenv.SyncBuffer{}
-	if res := Run(context.Background(), next, &log); !res.Succeeded {
+	if res := Run(context.Background(), next, &log, testRules); !res.Succeeded {
 		t.Errorf("apply after cancel: %+v\n%s", res.Error, log.String())
 	}
 }
@@ -172,7 +172,7 @@ func TestRunFailureClasses(t *testing.T) {
 				tc.edit(&req)
 			}
 			var log testenv.SyncBuffer
-			res := Run(context.Background(), req, &log)
+			res := Run(context.Background(), req, &log, testRules)
 			if res.Succeeded || res.Error == nil {
 				t.Fatalf("run succeeded:\n%s", log.String())
 			}

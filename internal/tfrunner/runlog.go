@@ -58,7 +58,7 @@ func (l *runLog) diagnostics() []Diagnostic {
 
 func (l *runLog) stdoutLine(line []byte) {
 	text := l.redact(string(bytes.TrimRight(line, "\r\n")))
-	if d, ok := parseDiagnostic([]byte(text)); ok {
+	if d, ok := ParseDiagnostic([]byte(text)); ok {
 		l.mu.Lock()
 		if len(l.diags) < maxDiagnostics {
 			l.diags = append(l.diags, d)
@@ -233,8 +233,8 @@ func embeddedPasswords(v string) []string {
 	return out
 }
 
-// parseDiagnostic returns the diagnostic of a `-json` message line of type "diagnostic".
-func parseDiagnostic(line []byte) (Diagnostic, bool) {
+// ParseDiagnostic returns the diagnostic of a `-json` message line of type "diagnostic".
+func ParseDiagnostic(line []byte) (Diagnostic, bool) {
 	var msg struct {
 		Type       string      `json:"type"`
 		Diagnostic *Diagnostic `json:"diagnostic"`

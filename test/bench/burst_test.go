@@ -54,6 +54,7 @@ func BenchmarkBurst20Claims(b *testing.B) {
 	class := &v1alpha1.TofuNodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: v1alpha1.TofuNodeClassSpec{
+			Family:    v1alpha1.FamilySim,
 			Module:    v1alpha1.ModuleSource{Source: filepath.Join(vars["MODULES"], "sim"), Version: "bench"},
 			Bootstrap: v1alpha1.BootstrapSpec{APIServerEndpoint: vars["API_SERVER"]},
 			Variables: map[string]string{"sim_dir": vars["SIM_DIR"], "boot_delay": "1s"},

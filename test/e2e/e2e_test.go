@@ -133,6 +133,7 @@ func nodeClass(name string, types ...v1alpha1.NodeType) *v1alpha1.TofuNodeClass 
 	return &v1alpha1.TofuNodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.TofuNodeClassSpec{
+			Family:    v1alpha1.FamilySim,
 			Module:    v1alpha1.ModuleSource{Source: filepath.Join(env.vars["MODULES"], "sim"), Version: "e2e"},
 			Bootstrap: v1alpha1.BootstrapSpec{APIServerEndpoint: env.vars["API_SERVER"], TokenTTL: metav1.Duration{Duration: 15 * time.Minute}},
 			Variables: map[string]string{"sim_dir": env.vars["SIM_DIR"], "boot_delay": "1s"},

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -32,6 +33,9 @@ func TestMain(m *testing.M) {
 	os.Setenv(testMainEnv, "1")
 	os.Exit(testenv.RunMain(m, &controlPlane, testenv.Options{CRDs: testenv.DefaultCRDs()}))
 }
+
+// rules are the runner's rules of this family.
+var rules = tfrunner.RuleSet{v1alpha1.FamilyHcloud: NewFamily().ErrorRules()}
 
 // tofuRC is the CLI configuration hack/tools.sh writes next to the tools' bin folder: tofu
 // installs providers from the tools' filesystem mirror only.
@@ -107,6 +111,7 @@ func moduleRequest(t *testing.T, s *standin.StandIn, name, zone, nodeType string
 	return tfrunner.Request{
 		Name:      name + "-apply-1",
 		Operation: tfrunner.Apply,
+		Family:    v1alpha1.FamilyHcloud,
 		ModuleDir: moduleDir(t),
 		WorkDir:   t.TempDir(),
 		Backend:   tfrunner.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(t.TempDir(), "state.tfstate")}},

@@ -139,7 +139,7 @@ func TestModule(t *testing.T) {
 		"some_other_setting": "ignored",
 	}, data)
 	log := &testenv.SyncBuffer{}
-	res := tfrunner.Run(ctx, req, log)
+	res := tfrunner.Run(ctx, req, log, rules)
 	if !res.Succeeded {
 		t.Fatalf("apply failed: %v\n%s", res.Error, log.String())
 	}
@@ -196,7 +196,7 @@ func TestModule(t *testing.T) {
 	before := len(s.Requests())
 	req.Name = name + "-apply-2"
 	req.WorkDir = t.TempDir()
-	if res := tfrunner.Run(ctx, req, log); !res.Succeeded || res.ProviderID != providerID {
+	if res := tfrunner.Run(ctx, req, log, rules); !res.Succeeded || res.ProviderID != providerID {
 		t.Fatalf("second apply: %+v", res.Error)
 	}
 	for _, r := range s.Requests()[before:] {
@@ -207,7 +207,7 @@ func TestModule(t *testing.T) {
 
 	before = len(s.Requests())
 	req.Name, req.Operation, req.WorkDir = name+"-destroy-1", tfrunner.Destroy, t.TempDir()
-	if res := tfrunner.Run(ctx, req, log); !res.Succeeded {
+	if res := tfrunner.Run(ctx, req, log, rules); !res.Succeeded {
 		t.Fatalf("destroy failed: %v\n%s", res.Error, log.String())
 	}
 	t.Logf("API calls of the destroy:\n%s", calls(s.Requests()[before:]))
@@ -257,7 +257,7 @@ func TestModulePrivateNetworks(t *testing.T) {
 			"enable_ipv4": "false", "enable_ipv6": "false", "network_id": fmt.Sprint(nw.ID)}, data)
 		before := len(s.Requests())
 		log := &testenv.SyncBuffer{}
-		res := tfrunner.Run(ctx, req, log)
+		res := tfrunner.Run(ctx, req, log, rules)
 		if !res.Succeeded {
 			t.Fatalf("apply failed: %v\n%s", res.Error, log.String())
 		}
@@ -287,7 +287,7 @@ func TestModulePrivateNetworks(t *testing.T) {
 			t.Errorf("Node %s, addresses %v", node.Spec.ProviderID, node.Status.Addresses)
 		}
 		req.Operation, req.Name, req.WorkDir = tfrunner.Destroy, name+"-destroy-1", t.TempDir()
-		if res := tfrunner.Run(ctx, req, log); !res.Succeeded {
+		if res := tfrunner.Run(ctx, req, log, rules); !res.Succeeded {
 			t.Fatalf("destroy failed: %v", res.Error)
 		}
 	})
@@ -301,7 +301,7 @@ func TestModulePrivateNetworks(t *testing.T) {
 		req.Variables[tfrunner.VarLabels].(map[string]string)["karpenter.sh/nodepool"] = longPool
 		before := len(s.Requests())
 		log := &testenv.SyncBuffer{}
-		res := tfrunner.Run(ctx, req, log)
+		res := tfrunner.Run(ctx, req, log, rules)
 		if !res.Succeeded {
 			t.Fatalf("apply failed: %v\n%s", res.Error, log.String())
 		}
@@ -320,7 +320,7 @@ func TestModulePrivateNetworks(t *testing.T) {
 		}
 		before = len(s.Requests())
 		req.Operation, req.Name, req.WorkDir = tfrunner.Destroy, name+"-destroy-1", t.TempDir()
-		if res := tfrunner.Run(ctx, req, log); !res.Succeeded {
+		if res := tfrunner.Run(ctx, req, log, rules); !res.Succeeded {
 			t.Fatalf("destroy failed: %v", res.Error)
 		}
 		t.Logf("API calls of the destroy:\n%s", calls(s.Requests()[before:]))
@@ -352,7 +352,7 @@ func TestModuleInputs(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			req := moduleRequest(t, s, "hcloud-inputs", "fsn1", "cx23", tc.params, "#cloud-config\n")
-			res := tfrunner.Run(ctx, req, &testenv.SyncBuffer{})
+			res := tfrunner.Run(ctx, req, &testenv.SyncBuffer{}, rules)
 			if res.Succeeded || res.Error.Class != tfrunner.InvalidModule || !strings.Contains(res.Error.Message, tc.want) {
 				t.Errorf("result %+v, want InvalidModule with %q", res.Error, tc.want)
 			}

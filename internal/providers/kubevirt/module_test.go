@@ -164,7 +164,7 @@ func runLogged(t *testing.T, req tfrunner.Request, secrets ...string) (tfrunner.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var log testenv.SyncBuffer
-	res := tfrunner.Run(ctx, req, &log)
+	res := tfrunner.Run(ctx, req, &log, nil)
 	for _, s := range secrets {
 		if strings.Contains(log.String(), s) {
 			t.Errorf("the %s log shows a secret", req.Operation)

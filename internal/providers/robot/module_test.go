@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/standin"
@@ -185,7 +186,7 @@ func (p *pool) request(t *testing.T, name string, op tfrunner.Operation, s *stan
 		par[k] = v
 	}
 	return tfrunner.Request{
-		Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: t.TempDir(),
+		Name: name + "-" + string(op), Operation: op, Family: v1alpha1.FamilyRobot, ModuleDir: module, WorkDir: t.TempDir(),
 		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default", nil)},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "ax52", tfrunner.VarZone: "fsn1",
@@ -205,7 +206,7 @@ func (p *pool) run(t *testing.T, req tfrunner.Request, secrets ...string) (tfrun
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var log testenv.SyncBuffer
-	res := tfrunner.Run(ctx, req, &log)
+	res := tfrunner.Run(ctx, req, &log, tfrunner.RuleSet{v1alpha1.FamilyRobot: robot.NewFamily().ErrorRules()})
 	out := log.String()
 	for _, s := range append(secrets, apiPassword, p.keyPEM) {
 		if strings.Contains(out, s) || (res.Error != nil && strings.Contains(res.Error.Message, s)) {
@@ -432,7 +433,7 @@ func TestModuleBadInput(t *testing.T) {
 			continue
 		}
 		class, reason := robotClass(t, log)
-		if class != tc.class || reason != tc.reason {
+		if class != tc.class || reason != tc.reason || res.Error.Class != tc.class {
 			t.Errorf("%s: class %s reason %s, want %s %s (%s)", tc.name, class, reason, tc.class, tc.reason, res.Error.Message)
 		}
 		for _, s := range tc.inMessage {
@@ -449,7 +450,7 @@ func TestModuleBadInput(t *testing.T) {
 	}
 	// The generic rules already see wrong credentials in the Robot code.
 	if c := tfrunner.Classify([]tfrunner.Diagnostic{{Severity: "error", Summary: "local-exec provisioner error",
-		Detail: "Error running command 'x': exit status 1. Output: robot error InvalidCredentials: GET /server/{server-number}: robot webservice: UNAUTHORIZED (HTTP 401): Unable to authenticate"}}, nil); c.Class != tfrunner.Credentials {
+		Detail: "Error running command 'x': exit status 1. Output: robot error InvalidCredentials: GET /server/{server-number}: robot webservice: UNAUTHORIZED (HTTP 401): Unable to authenticate"}}, nil, nil); c.Class != tfrunner.Credentials {
 		t.Errorf("generic classification of wrong credentials: %s", c.Class)
 	}
 }

@@ -1,4 +1,4 @@
-package tfrunner
+package hcloud
 
 import (
 	"context"
@@ -14,58 +14,47 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // updateFixturesEnv rewrites the golden fixtures of TestHcloudProviderDiagnostics from the
 // runs instead of comparing them.
 const updateFixturesEnv = "FULFILLER_UPDATE_FIXTURES"
 
+// fixtureDir holds the error diagnostics of Hetzner Cloud failures: hcloud-* from the real
+// provider against the stand-in (TestHcloudProviderDiagnostics), local-exec-* from a module
+// that prints the API's errors as the hcloud CLI and the provider do (captured by
+// internal/tfrunner's fixtures_test.go).
+const fixtureDir = "testdata/diagnostics"
+
+// testUserData stands in for the cloud-init of a claim.
+const testUserData = "#cloud-config\nwrite_files:\n- path: /etc/kubeadm/join.yaml\n  content: token=abcdef.0123456789abcdef-SECRET\n"
+
 // hcloudRequest applies modules/hetzner-cloud with the real hcloud provider (from the
 // tools' provider mirror) against the stand-in.
-func hcloudRequest(t *testing.T, s *standin.StandIn, name, zone, nodeType string) Request {
+func hcloudRequest(t *testing.T, s *standin.StandIn, name, zone, nodeType string) tfrunner.Request {
 	t.Helper()
-	module, err := filepath.Abs(filepath.Join("..", "..", "modules", "hetzner-cloud"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := filepath.Join(filepath.Dir(testenv.ToolsBin()), "tofurc")
-	if data, err := os.ReadFile(rc); err != nil || !strings.Contains(string(data), "filesystem_mirror") {
-		t.Fatalf("the tools' tofurc %s (with the hcloud provider's mirror) is missing: run `make tools`: %v", rc, err)
-	}
-	return Request{
-		Name:      name,
-		Operation: Apply,
-		ModuleDir: module,
-		WorkDir:   t.TempDir(),
-		Backend:   Backend{Type: "local", Config: map[string]string{"path": filepath.Join(t.TempDir(), "state.tfstate")}},
-		Variables: map[string]any{
-			VarNodeName:   name,
-			VarNodeType:   nodeType,
-			VarZone:       zone,
-			VarUserData:   testUserData,
-			VarLabels:     map[string]string{"karpenter.sh/nodepool": "default"},
-			VarParameters: map[string]string{"cluster": "fixtures"},
-		},
-		Env:      map[string]string{"HCLOUD_ENDPOINT": s.Endpoint(), "HCLOUD_TOKEN": s.Token(), "TF_CLI_CONFIG_FILE": rc},
-		TofuPath: tofuPath(t),
-	}
+	req := moduleRequest(t, s, name, zone, nodeType, map[string]string{"cluster": "fixtures"}, testUserData)
+	req.Name = name
+	req.Variables[tfrunner.VarLabels] = map[string]string{"karpenter.sh/nodepool": "default"}
+	return req
 }
 
 // hcloudFailures are failures of the Hetzner Cloud API, provoked in the stand-in and run
 // through the real provider: the fixture each leaves, and the class it must get.
 var hcloudFailures = []struct {
 	fixture string
-	class   ErrorClass
+	class   tfrunner.ErrorClass
 	want    string // in the message
 	// setup provokes the failure; it may change the request.
-	setup func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request)
+	setup func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request)
 }{
-	{fixture: "hcloud-resource-unavailable", class: Capacity, want: "(resource_unavailable",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
+	{fixture: "hcloud-resource-unavailable", class: tfrunner.Capacity, want: "(resource_unavailable",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
 			s.SetStockout("cx23", "fsn1", true)
 		}},
-	{fixture: "hcloud-resource-limit", class: Quota, want: "(resource_limit_exceeded",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
+	{fixture: "hcloud-resource-limit", class: tfrunner.Quota, want: "(resource_limit_exceeded",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
 			s.SetServerLimit(1)
 			c := hcloud.NewClient(hcloud.WithEndpoint(s.Endpoint()), hcloud.WithToken(s.Token()))
 			if _, _, err := c.Server.Create(ctx, hcloud.ServerCreateOpts{Name: "existing", ServerType: &hcloud.ServerType{Name: "cx23"},
@@ -73,46 +62,46 @@ var hcloudFailures = []struct {
 				t.Fatal(err)
 			}
 		}},
-	{fixture: "hcloud-placement-error", class: Capacity, want: "(placement_error",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
+	{fixture: "hcloud-placement-error", class: tfrunner.Capacity, want: "(placement_error",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
 			s.SetPlacementFailure("cx23", "fsn1", true)
 		}},
-	{fixture: "hcloud-invalid-location", class: InvalidModule, want: "invalid input in field 'location'",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
-			req.Variables[VarZone] = "mars1"
+	{fixture: "hcloud-invalid-location", class: tfrunner.InvalidModule, want: "invalid input in field 'location'",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
+			req.Variables[tfrunner.VarZone] = "mars1"
 		}},
-	{fixture: "hcloud-unknown-server-type", class: InvalidModule, want: "server type cx99 not found",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
-			req.Variables[VarNodeType] = "cx99"
+	{fixture: "hcloud-unknown-server-type", class: tfrunner.InvalidModule, want: "server type cx99 not found",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
+			req.Variables[tfrunner.VarNodeType] = "cx99"
 		}},
-	{fixture: "hcloud-unknown-image", class: InvalidModule, want: "image debian-99 for architecture x86 not found",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
-			req.Variables[VarParameters] = map[string]string{"cluster": "fixtures", "image": "debian-99"}
+	{fixture: "hcloud-unknown-image", class: tfrunner.InvalidModule, want: "image debian-99 for architecture x86 not found",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
+			req.Variables[tfrunner.VarParameters] = map[string]string{"cluster": "fixtures", "image": "debian-99"}
 		}},
-	{fixture: "hcloud-unauthorized", class: Credentials, want: "unable to authenticate",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) { s.RevokeToken() }},
-	{fixture: "hcloud-token-malformed", class: Credentials, want: "entered token is invalid",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
+	{fixture: "hcloud-unauthorized", class: tfrunner.Credentials, want: "unable to authenticate",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) { s.RevokeToken() }},
+	{fixture: "hcloud-token-malformed", class: tfrunner.Credentials, want: "entered token is invalid",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
 			req.Env["HCLOUD_TOKEN"] = "too-short"
 		}},
 	// The provider's client retries rate_limit_exceeded five times (about 31 s) before it
 	// gives up; the budget here refills too slowly for any retry to succeed.
-	{fixture: "hcloud-rate-limit", class: Transient, want: "(rate_limit_exceeded",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
+	{fixture: "hcloud-rate-limit", class: tfrunner.Transient, want: "(rate_limit_exceeded",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
 			s.SetRateLimit(36, time.Hour, 0)
 		}},
-	{fixture: "hcloud-server-error", class: Transient, want: "(server_error",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
+	{fixture: "hcloud-server-error", class: tfrunner.Transient, want: "(server_error",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
 			s.Fail(standin.Failure{Code: standin.CodeServerError, Method: "POST", PathPrefix: "/servers"})
 		}},
 	// A server with a running action is locked: its destroy fails.
-	{fixture: "hcloud-locked", class: Transient, want: "(locked",
-		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *Request) {
-			if res := Run(ctx, *req, &testenv.SyncBuffer{}); !res.Succeeded {
+	{fixture: "hcloud-locked", class: tfrunner.Transient, want: "(locked",
+		setup: func(ctx context.Context, t *testing.T, s *standin.StandIn, req *tfrunner.Request) {
+			if res := tfrunner.Run(ctx, *req, &testenv.SyncBuffer{}, rules); !res.Succeeded {
 				t.Fatalf("apply before the destroy: %v", res.Error)
 			}
 			c := hcloud.NewClient(hcloud.WithEndpoint(s.Endpoint()), hcloud.WithToken(s.Token()))
-			srv, _, err := c.Server.GetByName(ctx, req.Variables[VarNodeName].(string))
+			srv, _, err := c.Server.GetByName(ctx, req.Variables[tfrunner.VarNodeName].(string))
 			if err != nil || srv == nil {
 				t.Fatalf("the applied server: %v", err)
 			}
@@ -120,7 +109,7 @@ var hcloudFailures = []struct {
 			if _, _, err := c.Server.Poweroff(ctx, srv); err != nil {
 				t.Fatal(err)
 			}
-			req.Operation, req.WorkDir = Destroy, t.TempDir()
+			req.Operation, req.WorkDir = tfrunner.Destroy, t.TempDir()
 		}},
 }
 
@@ -140,7 +129,7 @@ func TestHcloudProviderDiagnostics(t *testing.T) {
 			req := hcloudRequest(t, s, "fixture-node", "fsn1", "cx23")
 			tc.setup(ctx, t, s, &req)
 			var log testenv.SyncBuffer
-			res := Run(ctx, req, &log)
+			res := tfrunner.Run(ctx, req, &log, rules)
 			if res.Succeeded || res.Error == nil {
 				t.Fatalf("run succeeded:\n%s", log.String())
 			}
@@ -149,7 +138,7 @@ func TestHcloudProviderDiagnostics(t *testing.T) {
 			}
 			var lines []string
 			for _, line := range strings.Split(log.String(), "\n") {
-				if d, ok := parseDiagnostic([]byte(line)); ok && d.Severity == "error" {
+				if d, ok := tfrunner.ParseDiagnostic([]byte(line)); ok && d.Severity == "error" {
 					lines = append(lines, line)
 				}
 			}

@@ -1,0 +1,159 @@
+package claims
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+)
+
+// How long a family's verdict on a class's credentials stands before its API is asked again:
+// a cheap read, but one per class and not on every reconcile.
+const (
+	credentialsRecheck       = 5 * time.Minute
+	failedCredentialsRecheck = time.Minute
+)
+
+// classFamily returns the family a class names; false for a generic class or a family this
+// binary does not know (SpecValid says so).
+func classFamily(families family.Registry, nc *v1alpha1.TofuNodeClass) (family.Family, bool) {
+	if nc == nil {
+		return nil, false
+	}
+	return families.Get(nc.Spec.Family)
+}
+
+// familyChecks are the checks of the class's family (family.ClassChecker), each with its own
+// condition, run with the class's scope. While the class's credentials cannot be read, they
+// are unknown.
+func (c *NodeClassController) familyChecks(nc *v1alpha1.TofuNodeClass) []classCheck {
+	f, ok := classFamily(c.families, nc)
+	if !ok {
+		return nil
+	}
+	checker, ok := f.(family.ClassChecker)
+	if !ok {
+		return nil
+	}
+	var out []classCheck
+	for _, chk := range checker.ClassChecks() {
+		out = append(out, classCheck{condition: chk.Condition, check: func(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
+			env, err := readCredentials(ctx, c.apiReader, c.secretNamespace, nc.Spec.Credentials)
+			if ce, ok := asConfigError(err); ok {
+				return verdict{unknown: true, reason: ce.Reason, message: "waiting for the credentials: " + ce.Message}, nil
+			}
+			if err != nil {
+				return verdict{}, err
+			}
+			return familyVerdict(chk.Run(ctx, family.Scope{Class: nc, Env: env, Cluster: c.cluster}))
+		}})
+	}
+	return out
+}
+
+// familyVerdict is the verdict of a family's answer: nil passes, a *family.Error fails with
+// its reason; another error is the reconcile's.
+func familyVerdict(err error) (verdict, error) {
+	var fe *family.Error
+	switch {
+	case err == nil:
+		return passed, nil
+	case errors.As(err, &fe):
+		return verdict{reason: fe.Reason, message: fe.Message}, nil
+	}
+	return verdict{}, err
+}
+
+// checkFamilyCredentials asks the class's family whether its credentials work
+// (family.CredentialsChecker), at most every credentialsRecheck for the same class,
+// generation and credentials (every failedCredentialsRecheck after a failure). A check the
+// family could not make leaves CredentialsReady unknown.
+func (c *NodeClassController) checkFamilyCredentials(ctx context.Context, nc *v1alpha1.TofuNodeClass, env map[string]string) (verdict, error) {
+	f, ok := classFamily(c.families, nc)
+	if !ok {
+		return passed, nil
+	}
+	checker, ok := f.(family.CredentialsChecker)
+	if !ok {
+		return passed, nil
+	}
+	key := verdictKey{class: nc.UID, generation: nc.Generation, input: envDigest(env)}
+	if v, ok := c.credentialChecks.get(key); ok {
+		return v, nil
+	}
+	err := checker.CheckCredentials(ctx, family.Scope{Class: nc, Env: env, Cluster: c.cluster})
+	v, verr := familyVerdict(err)
+	if verr != nil {
+		v = verdict{unknown: true, reason: v1alpha1.ReasonCredentialsUnchecked,
+			message: fmt.Sprintf("the %s family could not check the credentials: %v", f.Name(), verr)}
+	}
+	ttl := credentialsRecheck
+	if !v.passed {
+		ttl = failedCredentialsRecheck
+	}
+	c.credentialChecks.put(key, v, ttl)
+	return v, nil
+}
+
+// envDigest identifies a class's credentials without holding them.
+func envDigest(env map[string]string) string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%d:%s=%d:%s;", len(k), k, len(env[k]), env[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// verdictCache remembers verdicts for a while, per class and input.
+type verdictCache struct {
+	clock clock.Clock
+	mu    sync.Mutex
+	items map[types.UID]cachedVerdict
+}
+
+type verdictKey struct {
+	class      types.UID
+	generation int64
+	input      string
+}
+
+type cachedVerdict struct {
+	key     verdictKey
+	verdict verdict
+	expires time.Time
+}
+
+func newVerdictCache(clk clock.Clock) *verdictCache {
+	return &verdictCache{clock: clk, items: map[types.UID]cachedVerdict{}}
+}
+
+func (vc *verdictCache) get(key verdictKey) (verdict, bool) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	hit, ok := vc.items[key.class]
+	if !ok || hit.key != key || !vc.clock.Now().Before(hit.expires) {
+		return verdict{}, false
+	}
+	return hit.verdict, true
+}
+
+func (vc *verdictCache) put(key verdictKey, v verdict, ttl time.Duration) {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	vc.items[key.class] = cachedVerdict{key: key, verdict: v, expires: vc.clock.Now().Add(ttl)}
+}

@@ -1,0 +1,194 @@
+// Package family is the seam between the generic fulfiller and the node-type families (the
+// simulated type, Hetzner Cloud, KubeVirt, Hetzner Robot). A TofuNodeClass names its family
+// in spec.family; the generic code knows no family by name and asks it, through the small
+// optional capabilities below, what only it can know: its catalogue of node types, the
+// machines it can prove are this cluster's, whether its credentials work, why a machine has
+// not joined, and what its cloud's errors mean.
+//
+// A family is production code in internal/providers/<family> and implements Family plus any
+// of the capabilities; the generic code discovers them by type assertion. The binaries build
+// one Registry of the families they know and hand it to the controllers and the runner: there
+// is no global registry.
+package family
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// Family is a node-type family. Its name is a value of TofuNodeClass spec.family.
+type Family interface {
+	Name() string
+}
+
+// Scope is what a family call may use: the class, the environment its runs get (its
+// spec.credentials; never logged, never put into an error), and this cluster's name, the
+// value of the cluster label on every machine the fulfiller makes.
+type Scope struct {
+	Class   *v1alpha1.TofuNodeClass
+	Env     map[string]string
+	Cluster string
+}
+
+// Catalogue (optional) offers node types from the family's own catalogue (its cloud's server
+// types and prices) for classes that select their types (spec.catalog) instead of listing
+// them. Resolve reads the whole catalogue or fails: never a part of it.
+type Catalogue interface {
+	Resolve(ctx context.Context, s Scope) ([]CatalogType, error)
+}
+
+// CatalogType is one node type of a family's catalogue, complete: capacity, architecture,
+// offerings per zone with their prices and availability (a deprecated type, or one the cloud
+// cannot deliver in a zone now, has its offerings Unavailable), and the settings its cloud
+// needs (e.g. a user data limit). The generic code selects among them and applies the class's
+// defaults and overrides.
+type CatalogType struct {
+	NodeType v1alpha1.NodeType
+	// Series is the type's product line (Hetzner Cloud: cx, cpx, ccx, cax), what
+	// spec.catalog.select[].series matches.
+	Series string
+	// CPU is shared or dedicated (v1alpha1.CPUShared, CPUDedicated).
+	CPU string
+	// Deprecated types are listed with every offering unavailable.
+	Deprecated bool
+}
+
+// Inventory (optional) lists the machines the family can prove are this cluster's, by the
+// labels the module sets on them (v1alpha1.LabelCluster, the claim, the class). A machine it
+// cannot attribute is never returned: the orphan collector deletes only what List returns.
+type Inventory interface {
+	List(ctx context.Context, s Scope) ([]Machine, error)
+	Delete(ctx context.Context, s Scope, m Machine) error
+}
+
+// Machine is one machine of a family's inventory.
+type Machine struct {
+	// ID is the family's own ID (a server number, a VM's namespace/name); Name is what people
+	// call it; ProviderID is the Node's provider ID, when known.
+	ID, Name, ProviderID string
+	// From the machine's labels: the cluster, the claim (the NodeClaim's name), the class and
+	// the NodePool.
+	Cluster, Claim, Class, NodePool string
+	// Created is when the machine was created.
+	Created time.Time
+}
+
+// CredentialsChecker (optional) makes a cheap authenticated read with the class's
+// credentials. The caller limits how often. A token that is wrong, revoked or lacks a right
+// the family needs is a *Error with a precise reason (e.g. v1alpha1.ReasonInvalidCredentials);
+// another error means the check could not be made.
+type CredentialsChecker interface {
+	CheckCredentials(ctx context.Context, s Scope) error
+}
+
+// MachineWatcher (optional) says why a created machine has not joined yet (a KubeVirt VM's
+// status).
+type MachineWatcher interface {
+	Observe(ctx context.Context, s Scope, f *v1alpha1.Fulfillment) (Observation, error)
+}
+
+// Observation is what a MachineWatcher saw.
+type Observation struct {
+	// Reason and Message say where the machine is, in its infrastructure's own words.
+	Reason, Message string
+	// CapacityFailure: the infrastructure cannot run the machine (counts as insufficient
+	// capacity for its offering).
+	CapacityFailure bool
+	// Gone: the machine was deleted behind the fulfiller's back.
+	Gone bool
+}
+
+// ClassChecker (optional) checks what only the family can check about a class (its
+// infrastructure, the rights of its credentials). Each Check is a condition of the class that
+// Ready is composed of, after the generic checks.
+type ClassChecker interface {
+	ClassChecks() []Check
+}
+
+// Check is one family check of a class.
+type Check struct {
+	// Condition is the class condition it sets (a condition type of api/v1alpha1).
+	Condition string
+	// Run returns nil when the check passes, a *Error with its reason when it fails; another
+	// error means the check could not be made (it is retried).
+	Run func(ctx context.Context, s Scope) error
+}
+
+// ErrorRules (optional) are the family's error rules: its cloud's codes and its provider's
+// phrases, which the runner uses to classify failed runs of the family's classes.
+type ErrorRules interface {
+	ErrorRules() tfrunner.Rules
+}
+
+// Error is a failure a family can name: Reason is a reason of the API (api/v1alpha1),
+// Message says what is wrong without any secret.
+type Error struct {
+	Reason, Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf returns an *Error with reason and a formatted message.
+func Errorf(reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Registry holds the families a binary knows, by name.
+type Registry map[string]Family
+
+// NewRegistry registers families; two with one name are an error.
+func NewRegistry(families ...Family) (Registry, error) {
+	r := Registry{}
+	for _, f := range families {
+		if f.Name() == "" {
+			return nil, fmt.Errorf("family %T has no name", f)
+		}
+		if _, dup := r[f.Name()]; dup {
+			return nil, fmt.Errorf("family %s registered twice", f.Name())
+		}
+		r[f.Name()] = f
+	}
+	return r, nil
+}
+
+// Get returns the named family; false for the generic one ("") and for names the binary does
+// not know.
+func (r Registry) Get(name string) (Family, bool) {
+	if name == "" {
+		return nil, false
+	}
+	f, ok := r[name]
+	return f, ok
+}
+
+// Knows reports whether a class may name the family: the generic one ("") or a registered one.
+func (r Registry) Knows(name string) bool {
+	_, ok := r.Get(name)
+	return name == "" || ok
+}
+
+// Names lists the registered families, sorted.
+func (r Registry) Names() []string {
+	out := make([]string, 0, len(r))
+	for name := range r {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Rules are the error rules of every registered family that has them, for the runner.
+func (r Registry) Rules() tfrunner.RuleSet {
+	out := tfrunner.RuleSet{}
+	for name, f := range r {
+		if er, ok := f.(ErrorRules); ok {
+			out[name] = er.ErrorRules()
+		}
+	}
+	return out
+}
