@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
@@ -83,8 +84,7 @@ func secretValue(ctx context.Context, reader client.Reader, namespace string, re
 // runBackend is the backend part of a claim's run: where its state is, the workspace, and
 // the environment with the backend's and the encryption's secrets.
 func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (tfrunner.Backend, string, map[string]string, error) {
-	spec := c.runSettings(s).Backend
-	values, err := readBackend(ctx, c.apiReader, c.opts.Namespace, spec)
+	spec, values, err := c.claimBackend(ctx, s)
 	if err != nil {
 		return tfrunner.Backend{}, "", nil, err
 	}
@@ -107,11 +107,43 @@ func (c *FulfillmentController) stateStore(ctx context.Context, s *claimState) (
 	if spec.TypeOrDefault() != v1alpha1.BackendPG {
 		return statelock.KubernetesStore{Reader: c.apiReader, Writer: c.kube, Namespace: c.stateNamespace(s)}, nil
 	}
-	values, err := readBackend(ctx, c.apiReader, c.opts.Namespace, spec)
+	spec, values, err := c.claimBackend(ctx, s)
 	if err != nil {
 		return nil, err
 	}
 	return statelock.PGStore{ConnStr: values.pgConnStr, Schema: spec.PGSchema()}, nil
+}
+
+// claimBackend reads the Secrets of the backend the claim recorded. When the encryption key
+// Secret it recorded is gone while its class names another now (the Secret was renamed), the
+// class's is used if it holds the passphrase the claim's state was written with (its
+// fingerprint; checkEncryptionKey). Other Secrets are not replaced: another pg connection
+// string or other credentials may reach another database or account, where the claim's
+// state or machine would not be found and the machine would be lost; the claim waits for the
+// Secret it recorded.
+func (c *FulfillmentController) claimBackend(ctx context.Context, s *claimState) (v1alpha1.Backend, backendValues, error) {
+	spec := c.runSettings(s).Backend
+	values, err := readBackend(ctx, c.apiReader, c.opts.Namespace, spec)
+	ce, ok := asConfigError(err)
+	if !ok || ce.Reason != v1alpha1.ReasonEncryptionKeyMissing || s.nc == nil {
+		return spec, values, err
+	}
+	if s.f.Status.EncryptionKeyFingerprint == "" && len(s.f.Status.Runs) > 0 {
+		return spec, values, err // a state written before fingerprints: nothing to check a key against
+	}
+	recorded, class := spec.Encryption, s.nc.Spec.Backend.Encryption
+	if recorded == nil || class == nil || recorded.KeySecretRef == class.KeySecretRef || recorded.MethodOrDefault() != class.MethodOrDefault() {
+		return spec, values, err
+	}
+	renamed := *spec.DeepCopy()
+	renamed.Encryption.KeySecretRef = class.KeySecretRef
+	renamedValues, renamedErr := readBackend(ctx, c.apiReader, c.opts.Namespace, renamed)
+	if renamedErr != nil {
+		return spec, values, err
+	}
+	log.FromContext(ctx).Info("the encryption key secret the claim recorded is gone; trying its class's",
+		"recorded", recorded.KeySecretRef.Name, "class", class.KeySecretRef.Name)
+	return renamed, renamedValues, nil
 }
 
 // stateLabels are the labels of a claim's state objects (the kubernetes backend's Secret and

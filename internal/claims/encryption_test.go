@@ -81,6 +81,34 @@ func TestEncryptionChanges(t *testing.T) {
 		test.ExpectNotFound(t, e.kube, &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "sim-key1"}})
 	})
 
+	t.Run("a key Secret renamed and the old one deleted: the class's is used if it holds the same passphrase", func(t *testing.T) {
+		e := newEnv(t, test.Secret(testNamespace, "state-key", map[string]string{"passphrase": first}),
+			test.Secret(testNamespace, "renamed-key", map[string]string{"passphrase": second}))
+		setEncryption(e, keyRef("state-key"))
+		applied(e, "sim-ren1")
+		setEncryption(e, keyRef("renamed-key"))
+		if err := e.kube.Delete(e.ctx, test.Secret(testNamespace, "state-key", nil)); err != nil {
+			t.Fatal(err)
+		}
+		deleted(e, "sim-ren1")
+		// The renamed Secret holds another passphrase: said precisely, nothing runs.
+		e.reconcile("sim-ren1")
+		cond := e.expectCondition("sim-ren1", v1alpha1.ConditionDestroyed, metav1.ConditionUnknown, v1alpha1.ReasonEncryptionKeyChanged)
+		if !strings.Contains(cond.Message, "secret fulfiller/renamed-key") {
+			t.Errorf("message %q does not name the class's Secret", cond.Message)
+		}
+		e.expectCreated("sim-ren1-apply-1")
+		// It holds the same passphrase: the destroy runs with it.
+		test.ExpectApplied(t, e.kube, test.Secret(testNamespace, "renamed-key", map[string]string{"passphrase": first}))
+		e.reconcile("sim-ren1")
+		e.expectCondition("sim-ren1", v1alpha1.ConditionDestroyed, metav1.ConditionUnknown, v1alpha1.ReasonDestroying)
+		if req, _ := e.exec.Request("sim-ren1-destroy-1"); req.Env[statelock.EncryptionEnvVar] != encEnv(t, first) {
+			t.Error("the destroy does not use the passphrase the state was written with")
+		}
+		e.reconcile("sim-ren1")
+		test.ExpectNotFound(t, e.kube, &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "sim-ren1"}})
+	})
+
 	t.Run("encryption turned on, or its Secret renamed, is for new claims; each claim keeps its own", func(t *testing.T) {
 		e := newEnv(t, test.Secret(testNamespace, "state-key", map[string]string{"passphrase": first}),
 			test.Secret(testNamespace, "state-key-2", map[string]string{"passphrase": second}))
