@@ -102,7 +102,7 @@ func nodeClassEvent(obj runtime.Object, ready bool, reason, message string) even
 	if !ready {
 		typ = corev1.EventTypeWarning
 	}
-	return events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: message, DedupeValues: []string{reason, message}}
+	return events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: message, DedupeValues: []string{objectKey(obj), reason, message}}
 }
 
 func staleLockRecoveredEvent(obj runtime.Object, lockID, detail string) events.Event {
@@ -112,5 +112,5 @@ func staleLockRecoveredEvent(obj runtime.Object, lockID, detail string) events.E
 
 func nodeClassTerminatingEvent(obj runtime.Object, message string) events.Event {
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonClaimsRemaining, Message: message,
-		DedupeValues: []string{v1alpha1.ReasonClaimsRemaining}}
+		DedupeValues: []string{objectKey(obj)}}
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
@@ -105,4 +107,27 @@ output "provider_id" { value = "sim://${var.node_name}" }
 	reconcileClass()
 	test.ExpectNotFound(t, kube, nc)
 	test.ExpectExists(t, kube, other)
+}
+
+// TestClassEventsPerClass: Karpenter's recorder dedupes events by reason and dedupe values
+// alone, so a class's events must carry the class: two classes deleted, or becoming Ready,
+// within the dedupe window each say so.
+func TestClassEventsPerClass(t *testing.T) {
+	for name, event := range map[string]func(*v1alpha1.TofuNodeClass) events.Event{
+		"terminating": func(nc *v1alpha1.TofuNodeClass) events.Event {
+			return nodeClassTerminatingEvent(nc, "waiting for 1 claim to be destroyed")
+		},
+		"ready": func(nc *v1alpha1.TofuNodeClass) events.Event {
+			return nodeClassEvent(nc, true, v1alpha1.ReasonReady, "every check passed")
+		},
+	} {
+		fake := record.NewFakeRecorder(10)
+		rec := events.NewRecorder(fake)
+		for _, class := range []string{"a", "b", "a"} {
+			rec.Publish(event(test.NodeClass(class)))
+		}
+		if got := len(fake.Events); got != 2 {
+			t.Errorf("%d %s events published for classes a, b and a again, want 2", got, name)
+		}
+	}
 }
