@@ -561,6 +561,10 @@ func TerminationMessage(res Result) ([]byte, error) {
 	if err != nil || len(data) <= MaxTerminationMessage {
 		return data, err
 	}
+	res.Phases = nil
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
 	res.Outputs = nil
 	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
 		return data, err

@@ -40,6 +40,7 @@ const (
 // and waits for it to stop, so it releases the state lock; the result then has class
 // Cancelled (or Timeout when ctx's deadline passed).
 func Run(ctx context.Context, req Request, log io.Writer) Result {
+	phases := startPhases()
 	res := Result{Operation: req.Operation, Started: time.Now().UTC()}
 	out := newRunLog(log, secretValues(req.Variables, nil))
 	values, passwords, pieces := envSecrets(req.Env, tofuEnvFromRunner())
@@ -48,7 +49,7 @@ func Run(ctx context.Context, req Request, log io.Writer) Result {
 	out.addSecrets(minPieceLen, pieces)
 	out.note("info", fmt.Sprintf("%s of run %s started", req.Operation, req.Name))
 
-	err := run(ctx, req, out, &res)
+	err := run(ctx, req, out, &res, phases)
 	if err != nil && ctx.Err() != nil {
 		// tfexec's error matches both context.Canceled and context.DeadlineExceeded; the
 		// context says which it was.
@@ -65,11 +66,13 @@ func Run(ctx context.Context, req Request, log io.Writer) Result {
 		res.Succeeded = true
 		out.note("info", fmt.Sprintf("%s of run %s succeeded", req.Operation, req.Name))
 	}
+	res.Phases = phases.phases
+	out.note("info", "phases: "+phases.String())
 	res.Finished = time.Now().UTC()
 	return res
 }
 
-func run(ctx context.Context, req Request, out *runLog, res *Result) error {
+func run(ctx context.Context, req Request, out *runLog, res *Result, phases *phaseClock) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
@@ -115,6 +118,11 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	}
 	tf.SetStderr(out.stderr())
 	tf.SetWaitDelay(TofuInterruptGrace)
+	phases.end(PhaseModule)
+	if _, _, err := tf.Version(ctx, false); err != nil {
+		return fmt.Errorf("tofu version: %w", err)
+	}
+	phases.end(PhaseVersion)
 
 	initOpts := []tfexec.InitOption{tfexec.Reconfigure(true), tfexec.Upgrade(false)}
 	for _, kv := range backendConfig(req.Backend) {
@@ -123,10 +131,12 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err := tf.InitJSON(ctx, out, initOpts...); err != nil {
 		return fmt.Errorf("tofu init: %w", err)
 	}
+	phases.end(PhaseInit)
 	if req.Workspace != "" {
 		if err := selectWorkspace(ctx, tf, req.Workspace); err != nil {
 			return err
 		}
+		phases.end(PhaseWorkspace)
 	}
 
 	lockTimeout := tfexec.LockTimeout(fmt.Sprintf("%dms", req.LockTimeout.Milliseconds()))
@@ -139,6 +149,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("tofu %s: %w", req.Operation, err)
 	}
+	phases.end(string(req.Operation))
 	if req.Operation != Apply {
 		return nil
 	}
@@ -148,6 +159,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("tofu output: %w", err)
 	}
+	phases.end(PhaseOutput)
 	return readOutputs(outputs, res)
 }
 
