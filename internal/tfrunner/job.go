@@ -149,9 +149,11 @@ func (e *JobExecutor) deadline(req Request) time.Duration {
 	return d
 }
 
-// Start implements Executor. Request.WorkDir is replaced by the Job's working folder.
+// Start implements Executor. Request.WorkDir is replaced by the Job's working folder; a
+// runner pod has no module cache (Request.CacheDir): it would start empty in every pod, and
+// filling it costs more than the one run it would serve.
 func (e *JobExecutor) Start(ctx context.Context, req Request) error {
-	req.WorkDir = jobWorkDir
+	req.WorkDir, req.CacheDir = jobWorkDir, ""
 	if err := req.Validate(); err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Phase is the wall-clock and CPU time of one step of a run: PhaseStart, PhaseModule,
-// PhaseVersion, PhaseInit, PhaseWorkspace, the operation, PhaseOutput.
+// Phase is the wall-clock and CPU time of one step of a run: PhaseStart, PhaseCache,
+// PhaseModule, PhaseVersion, PhaseInit, PhaseWorkspace, the operation, PhaseOutput.
 type Phase struct {
 	Name string `json:"name"`
 	// Wall is the step's elapsed time. For PhaseStart it is the runner process's age when the
@@ -27,15 +27,19 @@ const (
 	// PhaseStart is the runner process up to the run: starting the binary, Go's and the
 	// packages' initialisation, reading the request.
 	PhaseStart = "start"
+	// PhaseCache makes the module cache's entry of a module (the first run of a module
+	// version only): a copy and `tofu init -backend=false`.
+	PhaseCache = "cache"
 	// PhaseModule prepares the working directory: the module (copied, or linked from the
 	// module cache), the backend file and the variables file.
 	PhaseModule = "module"
 	// PhaseVersion is terraform-exec asking tofu for its version (`tofu version -json`).
 	PhaseVersion = "version"
-	// PhaseInit is `tofu init`, or configuring a run of a cached module for its state.
+	// PhaseInit is `tofu init`, or, for a run of a cached module, writing its backend record.
 	PhaseInit      = "init"
 	PhaseWorkspace = "workspace"
-	// PhaseOutput reads the outputs (`tofu output -json`).
+	// PhaseOutput reads the outputs with `tofu output -json`, which only runs when the
+	// apply's stream lacks them (sensitive ones).
 	PhaseOutput = "output"
 )
 
