@@ -3,15 +3,15 @@
 # The fulfiller image: one binary for the controller (`fulfiller controller`, the chart's
 # Deployment) and the runner (`fulfiller run`, each runner Job), built from cmd/fulfiller,
 # which links no test machinery (the development binary cmd/fulfiller-dev, with the local
-# environment and the simulated machine, is not in the image), OpenTofu built from source at
-# the version the project pins (hack/tools.sh, as for the tests), the shipped node-type
-# modules in /modules and a provider mirror in /opt/tofu/providers with a CLI configuration
-# that installs providers from it only.
+# environment and the simulated machine, is not in the image), OpenTofu and the providers of
+# the shipped modules built from source at the versions the project pins (hack/tools.sh, as
+# for the tests), the shipped node-type modules in /modules and a provider mirror in
+# /opt/tofu/providers with a CLI configuration that installs providers from it only.
 #
 #   make image                     # docker build --build-arg VERSION=... -t fulfiller:dev .
 #
-# Needs BuildKit (cache mounts) and network access to the Go module proxy, the Debian
-# archive and the registries of the providers the modules require. It is not built in the
+# Needs BuildKit (cache mounts) and network access to the Go module proxy and the Debian
+# archive (and to the registries of providers that modules beyond the shipped ones require). It is not built in the
 # project's own test environment, which has no container engine.
 
 ARG GO_IMAGE=golang:1.26-bookworm
@@ -22,12 +22,15 @@ FROM ${GO_IMAGE} AS build
 ENV GOTOOLCHAIN=go1.26.9 GOWORK=off CGO_ENABLED=0
 WORKDIR /src
 
-# OpenTofu, from source, with the script the tests use: the same pinned version everywhere.
+# OpenTofu and the providers the shipped modules require, from source, with the script the
+# tests use: the same pinned versions everywhere. The providers are laid out as a
+# filesystem mirror (symbolic links resolved).
 COPY hack/tools.sh hack/tools.sh
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    FULFILLER_CACHE=/tmp/fulfiller TOOLS=tofu hack/tools.sh \
+    FULFILLER_CACHE=/tmp/fulfiller TOOLS="tofu provider-hcloud provider-kubectl" hack/tools.sh \
     && mkdir -p /out \
     && install -m 0755 "$(readlink -f /tmp/fulfiller/tools/bin/tofu)" /out/tofu \
+    && cp -rL /tmp/fulfiller/tools/providers /out/providers \
     && rm -rf /tmp/fulfiller
 
 COPY go.mod go.sum ./
@@ -50,7 +53,9 @@ COPY modules /modules
 COPY hack/image/tofurc /etc/fulfiller/tofurc
 COPY hack/image/mirror-providers.sh /usr/local/bin/fulfiller-mirror-providers
 
-# Every provider the shipped modules require, for this image's platform, read-only at run time.
+# Every provider the shipped modules require, for this image's platform, read-only at run
+# time: the ones built above, and any other a module needs, downloaded.
+COPY --from=build /out/providers /opt/tofu/providers
 RUN fulfiller-mirror-providers /modules /opt/tofu/providers
 
 # tofu reads its CLI configuration from TF_CLI_CONFIG_FILE. The runner gives tofu an

@@ -122,9 +122,24 @@ type NodeType struct {
 	Name string `json:"name"`
 	// Capacity of the machine: cpu, memory, pods, ephemeral-storage, extended resources (GPUs).
 	Capacity corev1.ResourceList `json:"capacity"`
-	// Overhead is reserved for the system and kubelet; allocatable = capacity - overhead.
+	// Overhead is reserved for the kubelet and the container runtime: the machine's kubelet
+	// gets it as --kube-reserved (cpu, memory, ephemeral-storage, pid). A node's allocatable
+	// is capacity - overhead - systemReserved - the hard eviction thresholds, computed the
+	// same way by Karpenter and by the kubelet.
 	// +optional
 	Overhead corev1.ResourceList `json:"overhead,omitempty"`
+	// SystemReserved is reserved for the operating system's daemons: --system-reserved
+	// (cpu, memory, ephemeral-storage, pid).
+	// +optional
+	SystemReserved corev1.ResourceList `json:"systemReserved,omitempty"`
+	// EvictionHard are the kubelet's hard eviction thresholds (--eviction-hard), by signal
+	// (memory.available, nodefs.available, imagefs.available, ...), each a quantity ("100Mi")
+	// or a percentage of capacity ("10%"). memory.available and nodefs.available count
+	// against allocatable memory and ephemeral-storage. When unset, the kubelet's defaults:
+	// memory.available 100Mi, nodefs.available 10%, nodefs.inodesFree 5%, imagefs.available
+	// 15%, imagefs.inodesFree 5%. Set, it replaces them all, as the kubelet's flag does.
+	// +optional
+	EvictionHard map[string]string `json:"evictionHard,omitempty"`
 	// Architecture (kubernetes.io/arch).
 	// +kubebuilder:default=amd64
 	// +optional
@@ -143,6 +158,14 @@ type NodeType struct {
 	// output is awaited.
 	// +optional
 	ProviderIDTemplate string `json:"providerIDTemplate,omitempty"`
+	// ProviderIDFrom says how a machine learns its provider ID when no template makes it
+	// known before the apply (Hetzner Cloud assigns server IDs at creation): its cloud-init
+	// reads the instance ID from a metadata URL before `kubeadm join` and sets the kubelet's
+	// provider ID to prefix + ID, with no cloud-controller-manager. Without a template this
+	// is what happens, with Hetzner Cloud's defaults unless set here. The module's
+	// provider_id output must give the same ID.
+	// +optional
+	ProviderIDFrom *ProviderIDFrom `json:"providerIDFrom,omitempty"`
 	// JoinTimeout is how long a machine of this type may take from a finished apply until its
 	// Node registers. Past it the claim is replaced and the machine destroyed. It must leave
 	// room in Karpenter's fixed 15-minute registration window.
@@ -161,6 +184,21 @@ type NodeType struct {
 	// when unset.
 	// +optional
 	UserDataLimit *resource.Quantity `json:"userDataLimit,omitempty"`
+}
+
+// ProviderIDFrom is where a machine reads its instance ID, and how it makes a provider ID of
+// it.
+type ProviderIDFrom struct {
+	// MetadataURL answers the machine's instance ID as plain text.
+	// +kubebuilder:default="http://169.254.169.254/hetzner/v1/metadata/instance-id"
+	// +kubebuilder:validation:Pattern=`^https?://[^'"\\$ ]+$`
+	// +optional
+	MetadataURL string `json:"metadataURL,omitempty"`
+	// Prefix goes before the ID: the provider ID is prefix + ID.
+	// +kubebuilder:default="hcloud://"
+	// +kubebuilder:validation:Pattern=`^[^'"\\$|&, ]+$`
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
 }
 
 type Offering struct {

@@ -90,8 +90,13 @@ type JoinSpec struct {
 	ProviderID        string
 	Labels            map[string]string // passed as --node-labels; must be allowed by NodeRestriction
 	Taints            []corev1.Taint    // registration taints
-	CRISocket         string
-	KubeletExtraArgs  []Arg
+	// ProviderIDFrom, when set, makes the machine read its provider ID at boot, because it is
+	// not known when the user data is rendered (ProviderID is ignored then).
+	ProviderIDFrom *ProviderIDSource
+	CRISocket      string
+	// Reservations become the kubelet's kube-reserved, system-reserved and eviction-hard.
+	Reservations     Reservations
+	KubeletExtraArgs []Arg
 	// ExtraCloudConfig is the user's #cloud-config merged into ours (see mergeCloudConfig).
 	ExtraCloudConfig string
 	// UserDataLimit is the most bytes the node type's cloud accepts; 0 for no limit.
@@ -100,10 +105,15 @@ type JoinSpec struct {
 
 // JoinConfiguration builds the kubeadm JoinConfiguration for spec.
 func (s JoinSpec) JoinConfiguration() JoinConfiguration {
-	args := []Arg{{Name: "provider-id", Value: s.ProviderID}}
+	providerID := s.ProviderID
+	if s.ProviderIDFrom != nil {
+		providerID = s.ProviderIDFrom.Prefix + InstanceIDPlaceholder
+	}
+	args := []Arg{{Name: "provider-id", Value: providerID}}
 	if len(s.Labels) > 0 {
 		args = append(args, Arg{Name: "node-labels", Value: joinLabels(s.Labels)})
 	}
+	args = append(args, s.Reservations.KubeletArgs()...)
 	args = append(args, s.KubeletExtraArgs...)
 	taints := s.Taints
 	if taints == nil {

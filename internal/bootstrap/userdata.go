@@ -39,7 +39,8 @@ const cloudConfigHeader = "#cloud-config\n"
 const gzipBase64Prefix = "H4sI"
 
 // RenderUserData renders the cloud-init user data that joins the machine: the
-// JoinConfiguration written 0600 and `kubeadm join` run once, then the file removed; the
+// JoinConfiguration written 0600 and `kubeadm join` run once (after reading the instance ID
+// into it from the metadata service, with ProviderIDFrom), then the file removed; the
 // NodeClass's extra cloud-config merged in (mergeCloudConfig); and, over the node type's
 // limit, gzipped and base64-encoded.
 func RenderUserData(spec JoinSpec) ([]byte, error) {
@@ -47,10 +48,19 @@ func RenderUserData(spec JoinSpec) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding JoinConfiguration: %w", err)
 	}
+	joinCmd := []any{"kubeadm", "join", "--config", JoinConfigPath}
+	if src := spec.ProviderIDFrom; src != nil {
+		if err := src.Validate(); err != nil {
+			return nil, err
+		}
+		// The instance ID first, then the join, in one script: cloud-init runs the runcmd
+		// entries on even when one fails.
+		joinCmd = []any{"sh", "-c", providerIDScript(*src)}
+	}
 	ours := map[string]any{
 		"write_files": []any{map[string]any{"path": JoinConfigPath, "permissions": "0600", "owner": "root:root", "content": string(join)}},
 		"runcmd": []any{
-			[]any{"kubeadm", "join", "--config", JoinConfigPath},
+			joinCmd,
 			[]any{"rm", "-f", JoinConfigPath},
 		},
 	}

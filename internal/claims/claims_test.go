@@ -232,11 +232,16 @@ func TestValidateSpec(t *testing.T) {
 	bad := nc.DeepCopy()
 	delete(bad.Spec.NodeTypes[0].Capacity, corev1.ResourceMemory)
 	bad.Spec.NodeTypes[1].Offerings = append(bad.Spec.NodeTypes[1].Offerings, bad.Spec.NodeTypes[1].Offerings[0])
+	bad.Spec.NodeTypes[1].Overhead["nvidia.com/gpu"] = resource.MustParse("1")
+	bad.Spec.NodeTypes[1].EvictionHard = map[string]string{"memory.available": "lots"}
+	bad.Spec.NodeTypes[0].ProviderIDTemplate = "sim://{name}"
+	bad.Spec.NodeTypes[0].ProviderIDFrom = &v1alpha1.ProviderIDFrom{Prefix: "x://"}
 	err := validateSpec(&bad.Spec)
 	if err == nil {
 		t.Fatal("invalid spec accepted")
 	}
-	for _, want := range []string{"small: capacity.memory", "large: offering a/ listed twice"} {
+	for _, want := range []string{"small: capacity.memory", "large: offering a/ listed twice", "large: kube-reserved cannot reserve nvidia.com/gpu",
+		"eviction threshold memory.available", "small: providerIDTemplate and providerIDFrom exclude each other"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

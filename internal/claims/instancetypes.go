@@ -60,12 +60,17 @@ func instanceType(nt *v1alpha1.NodeType, unavailable *UnavailableOfferings) (*cl
 	for k, v := range nt.Labels {
 		reqs.Add(scheduling.NewRequirement(k, corev1.NodeSelectorOpIn, v))
 	}
+	c := capacity(nt)
+	r := reservations(nt)
 	return &cloudprovider.InstanceType{
 		Name:         nt.Name,
 		Requirements: reqs,
 		Offerings:    offerings,
-		Capacity:     capacity(nt),
-		Overhead:     &cloudprovider.InstanceTypeOverhead{KubeReserved: maps.Clone(nt.Overhead)},
+		Capacity:     c,
+		// What the machine's kubelet is told to keep (stage_bootstrap.go), so Allocatable()
+		// is what the Node reports.
+		Overhead: &cloudprovider.InstanceTypeOverhead{KubeReserved: maps.Clone(r.KubeReserved),
+			SystemReserved: maps.Clone(r.SystemReserved), EvictionThreshold: r.EvictionThreshold(c)},
 	}, nil
 }
 

@@ -211,6 +211,18 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
 			}
 		}
 		errs = append(errs, checkKubeletArgs("node type "+nt.Name, nt.KubeletExtraArgs)...)
+		if err := reservations(&nt).Validate(); err != nil {
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				errs = append(errs, fmt.Errorf("node type %s: %w", nt.Name, e))
+			}
+		}
+		if nt.ProviderIDFrom != nil && nt.ProviderIDTemplate != "" {
+			errs = append(errs, fmt.Errorf("node type %s: providerIDTemplate and providerIDFrom exclude each other", nt.Name))
+		} else if src := providerIDSource(&nt, nt.ProviderIDTemplate); src != nil {
+			if err := src.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("node type %s: providerIDFrom: %w", nt.Name, err))
+			}
+		}
 		if nt.UserDataLimit != nil && nt.UserDataLimit.Sign() <= 0 {
 			errs = append(errs, fmt.Errorf("node type %s: userDataLimit must be positive", nt.Name))
 		}

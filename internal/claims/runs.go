@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -125,6 +126,10 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	if s.nt != nil {
 		maps.Copy(params, s.nt.Variables)
 		labels = nodeLabels(s.nt, s.f)
+	}
+	if s.f.Spec.NodePool != "" {
+		// For the module to label what it creates with the NodePool.
+		labels[karpv1.NodePoolLabelKey] = s.f.Spec.NodePool
 	}
 	backend, workspace, backendEnv, err := c.runBackend(ctx, s)
 	if err != nil {

@@ -68,6 +68,8 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		CACertHash:        caHash,
 		NodeName:          s.f.Spec.NodeName,
 		ProviderID:        s.f.Spec.ProviderID,
+		ProviderIDFrom:    providerIDSource(s.nt, s.f.Spec.ProviderID),
+		Reservations:      reservations(s.nt),
 		Labels:            kubeletLabels(nodeLabels(s.nt, s.f)),
 		Taints:            append([]corev1.Taint{karpv1.UnregisteredNoExecuteTaint}, GateTaints(s.nc, s.nt)...),
 		CRISocket:         s.nc.Spec.Bootstrap.CRISocket,
@@ -153,7 +155,32 @@ func kubeletArgs(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) []bootstrap.
 }
 
 // reservedKubeletArgs are set by the fulfiller; a NodeClass may not set them.
-var reservedKubeletArgs = []string{"provider-id", "node-labels", "register-with-taints"}
+var reservedKubeletArgs = []string{"provider-id", "node-labels", "register-with-taints",
+	bootstrap.ArgKubeReserved, bootstrap.ArgSystemReserved, bootstrap.ArgEvictionHard}
+
+// providerIDSource is where a machine reads its provider ID when it is not known at render
+// time (known is empty): the node type's providerIDFrom, with Hetzner Cloud's defaults.
+func providerIDSource(nt *v1alpha1.NodeType, known string) *bootstrap.ProviderIDSource {
+	if known != "" {
+		return nil
+	}
+	src := &bootstrap.ProviderIDSource{URL: bootstrap.DefaultMetadataURL, Prefix: bootstrap.DefaultProviderIDPrefix}
+	if from := nt.ProviderIDFrom; from != nil {
+		if from.MetadataURL != "" {
+			src.URL = from.MetadataURL
+		}
+		if from.Prefix != "" {
+			src.Prefix = from.Prefix
+		}
+	}
+	return src
+}
+
+// reservations are what the type's kubelets keep from pods; Karpenter's instance type
+// subtracts the same (instanceType).
+func reservations(nt *v1alpha1.NodeType) bootstrap.Reservations {
+	return bootstrap.Reservations{KubeReserved: nt.Overhead, SystemReserved: nt.SystemReserved, EvictionHard: nt.EvictionHard}
+}
 
 func userDataLimit(nt *v1alpha1.NodeType) int64 {
 	if nt.UserDataLimit == nil {

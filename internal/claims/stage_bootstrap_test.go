@@ -127,3 +127,75 @@ func TestBootstrapRendersGatesAndLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestBootstrapProviderIDAndReservations: a type whose provider ID is not known before the
+// apply gets user data that reads it from the metadata URL (Hetzner's by default); the
+// kubelet is told the type's overhead, system reservation and eviction thresholds, which are
+// what Karpenter's instance type subtracts.
+func TestBootstrapProviderIDAndReservations(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		providerID string
+		from       *v1alpha1.ProviderIDFrom
+		wantID     string
+		wantURL    string
+	}{
+		{name: "known", providerID: "sim://claim", wantID: "sim://claim"},
+		{name: "hetzner defaults", wantID: "hcloud://" + bootstrap.InstanceIDPlaceholder, wantURL: bootstrap.DefaultMetadataURL},
+		{name: "configured", from: &v1alpha1.ProviderIDFrom{MetadataURL: "http://169.254.169.254/openstack/latest/id", Prefix: "openstack:///"},
+			wantID: "openstack:///" + bootstrap.InstanceIDPlaceholder, wantURL: "http://169.254.169.254/openstack/latest/id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clocktesting.NewFakeClock(time.Now())
+			nc := testClass()
+			nt := &nc.Spec.NodeTypes[0]
+			nt.ProviderIDFrom = tc.from
+			nt.SystemReserved = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}
+			nt.EvictionHard = map[string]string{"memory.available": "5%"}
+			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
+			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
+			ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+				unavailable: NewUnavailableOfferings(clk, time.Minute)}
+			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
+				Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: tc.providerID}}
+			s := &claimState{f: f, nc: nc, nt: nt}
+			s.conds = f.StatusConditions(status.WithClock(clk))
+			if _, err := (&bootstrapStage{ctrl}).reconcile(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			ud := &corev1.Secret{}
+			if err := kube.Get(ctx, client.ObjectKey{Namespace: "fulfiller", Name: s.f.Status.UserDataSecret}, ud); err != nil {
+				t.Fatal(err)
+			}
+			data := string(ud.Data[UserDataKey])
+			jc, err := bootstrap.ParseUserData([]byte(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id, _ := jc.NodeRegistration.Arg("provider-id"); id != tc.wantID {
+				t.Errorf("provider-id = %q, want %q", id, tc.wantID)
+			}
+			if reads := strings.Contains(data, "curl"); reads != (tc.wantURL != "") || tc.wantURL != "" && !strings.Contains(data, "'"+tc.wantURL+"'") {
+				t.Errorf("user data reads the metadata: %v, want %q:\n%s", reads, tc.wantURL, data)
+			}
+			for arg, want := range map[string]string{"kube-reserved": "cpu=100m", "system-reserved": "memory=128Mi", "eviction-hard": "memory.available<5%"} {
+				if got, _ := jc.NodeRegistration.Arg(arg); got != want {
+					t.Errorf("kubelet %s = %q, want %q", arg, got, want)
+				}
+			}
+			it, err := instanceType(nt, ctrl.unavailable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 4Gi - 128Mi - 5% of 4Gi (the kubelet's float32 share)
+			wantMem := resource.MustParse("4Gi")
+			wantMem.Sub(resource.MustParse("128Mi"))
+			wantMem.Sub(*resource.NewQuantity(int64(float64(4<<30)*float64(float32(5)/100)), resource.BinarySI))
+			alloc := it.Allocatable()
+			if cpu, mem := alloc[corev1.ResourceCPU], alloc[corev1.ResourceMemory]; cpu.String() != "1900m" || mem.Cmp(wantMem) != 0 {
+				t.Errorf("Karpenter's allocatable cpu %s memory %s, want 1900m and %s", cpu.String(), mem.String(), wantMem.String())
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fulfiller-sh/fulfiller/internal/operator"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -24,7 +25,7 @@ type Command struct {
 }
 
 // Main runs the command that os.Args[1] names and exits with its code. The commands are
-// controller, run, then extra, then version; binary names the program in usage messages.
+// controller, run, robot, then extra, then version; binary names the program in usage messages.
 func Main(binary, version string, extra ...Command) {
 	os.Exit(dispatch(binary, commands(version, extra), os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -34,6 +35,7 @@ func commands(version string, extra []Command) []Command {
 	cmds := []Command{
 		{Name: "controller", Summary: "run Karpenter core with the fulfiller provider and controllers", Run: controller},
 		{Name: "run", Summary: "run one tofu operation for one claim (the runner)", Run: tfrunner.Main},
+		{Name: "robot", Summary: "activate, release or probe a leased Hetzner Robot server (modules/hetzner-robot)", Run: robot.Main},
 	}
 	cmds = append(cmds, extra...)
 	return append(cmds, Command{Name: "version", Summary: "print the version", Run: func([]string) int {

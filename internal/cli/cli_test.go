@@ -14,8 +14,8 @@ func TestDispatch(t *testing.T) {
 		return 3
 	}}
 	cmds := commands("v1", []Command{sim})
-	if names := commandNames(cmds); !slices.Equal(names, []string{"controller", "run", "sim", "version"}) {
-		t.Fatalf("commands = %v, want controller, run, the extra ones, version", names)
+	if names := commandNames(cmds); !slices.Equal(names, []string{"controller", "run", "robot", "sim", "version"}) {
+		t.Fatalf("commands = %v, want controller, run, robot, the extra ones, version", names)
 	}
 	for _, tc := range []struct {
 		args               []string

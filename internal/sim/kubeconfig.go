@@ -2,6 +2,7 @@ package sim
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
 // kubeletKubeconfig is where, in the state dir, the kubelet keeps its client credentials
@@ -92,4 +95,53 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// kubeletFlags is where, in the state dir, kubeadm leaves the kubelet's flags from the
+// JoinConfiguration's nodeRegistration (/var/lib/kubelet/kubeadm-flags.env on a kubeadm
+// node): what a restarted kubelet registers with.
+const kubeletFlags = "kubeadm-flags.json"
+
+func (m *machine) saveKubeletFlags(reg bootstrap.NodeRegistration) error {
+	if m.cfg.StateDir == "" {
+		return nil
+	}
+	data, err := json.Marshal(reg)
+	if err != nil {
+		return fmt.Errorf("encoding the kubelet's flags: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(m.cfg.StateDir, kubeletFlags), data); err != nil {
+		return fmt.Errorf("saving the kubelet's flags: %w", err)
+	}
+	return nil
+}
+
+// resume starts the kubelet from what an earlier boot left on disk: kubeadm's flags and the
+// kubelet's credentials. It reports false when the machine never joined.
+func (m *machine) resume() (bool, error) {
+	if m.cfg.StateDir == "" {
+		return false, nil
+	}
+	data, err := os.ReadFile(filepath.Join(m.cfg.StateDir, kubeletFlags))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var reg bootstrap.NodeRegistration
+	if err := json.Unmarshal(data, &reg); err != nil {
+		return false, fmt.Errorf("parsing %s: %w", kubeletFlags, err)
+	}
+	m.nodeName = reg.Name
+	if m.nodeName == "" {
+		m.nodeName = m.cfg.Name
+	}
+	cfg, err := m.loadKubeconfig()
+	if err != nil || cfg == nil {
+		return false, errors.Join(err, errors.New("no usable kubelet credentials on disk"))
+	}
+	m.join = &bootstrap.JoinConfiguration{APIVersion: bootstrap.JoinAPIVersion, Kind: bootstrap.JoinKind, NodeRegistration: reg}
+	m.kubelet = cfg
+	return true, nil
 }

@@ -1,16 +1,20 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
@@ -62,6 +66,11 @@ type MachineConfig struct {
 	// never registers.
 	GPUDelay time.Duration `json:"gpuDelay,omitempty"`
 	GPUNever bool          `json:"gpuNever,omitempty"`
+	// MetadataURL is what http://169.254.169.254 is on the machine's network: its cloud's
+	// metadata service (e.g. http://127.0.0.1:PORT/metadata/<server-id> of the hcloud
+	// stand-in), as the network routes the link-local address to it. Empty: the machine has
+	// no metadata service.
+	MetadataURL string `json:"metadataURL,omitempty"`
 }
 
 func (c MachineConfig) withDefaults() MachineConfig {
@@ -115,13 +124,21 @@ func RunMachine(ctx context.Context, cfg MachineConfig, log io.Writer) error {
 }
 
 type machine struct {
-	cfg  MachineConfig
-	log  *progress
+	cfg MachineConfig
+	log *progress
+	// join is the JoinConfiguration kubeadm joined with (or, after a restart, what kubeadm
+	// left for the kubelet); nil until then.
 	join *bootstrap.JoinConfiguration
 	// nodeName is nodeRegistration.name, or the hostname.
 	nodeName string
-	client   kubernetes.Interface
-	bootID   string
+	// kubelet is the kubelet's client configuration once kubeadm join has succeeded;
+	// joinErr why it failed.
+	kubelet *rest.Config
+	joinErr error
+	// allocatableBase is capacity less what the kubelet's flags reserve.
+	allocatableBase corev1.ResourceList
+	client          kubernetes.Interface
+	bootID          string
 	// registered is when the kubelet registered the Node (this boot); the simulated CNI and
 	// device plugin delays count from it.
 	registered time.Time
@@ -133,18 +150,18 @@ func (m *machine) run(ctx context.Context) error {
 	if !sleep(ctx, m.cfg.BootDelay) {
 		return ctx.Err()
 	}
-	if err := m.readUserData(); err != nil {
+	if err := m.boot(ctx); err != nil {
 		return err
 	}
-	if m.cfg.NeverJoin {
-		m.log.printf("cloud-init ran, but this machine never joins: idling until powered off")
-		<-ctx.Done()
+	if m.kubelet == nil {
+		// Powered off while idling (NeverJoin).
 		return ctx.Err()
 	}
-	cfg, err := m.kubeletConfig(ctx)
-	if err != nil {
+	var err error
+	if m.allocatableBase, err = nodeAllocatable(m.capacity(), m.join.NodeRegistration); err != nil {
 		return err
 	}
+	cfg := rest.CopyConfig(m.kubelet)
 	cfg.UserAgent = "kubelet/" + KubeletVersion + " (linux/amd64) fulfiller-sim"
 	if m.client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fmt.Errorf("building node client: %w", err)
@@ -156,63 +173,161 @@ func (m *machine) run(ctx context.Context) error {
 	return m.heartbeat(ctx, node)
 }
 
-// readUserData is cloud-init reading the user data and writing the JoinConfiguration.
-func (m *machine) readUserData() error {
+// boot is what happens between power-on and a running kubelet. A machine that joined before
+// (its kubelet's credentials and kubeadm's flags on its disk) starts its kubelet again;
+// cloud-init runs its runcmd once per instance. Otherwise cloud-init runs: write_files, then
+// runcmd, whose `kubeadm join` joins the cluster (kubeadmJoin).
+func (m *machine) boot(ctx context.Context) error {
+	if resumed, err := m.resume(); err != nil {
+		m.log.printf("not starting the kubelet from disk: %v", err)
+	} else if resumed {
+		m.log.printf("kubelet found its client certificate on disk, not joining again")
+		return nil
+	}
 	data, err := os.ReadFile(m.cfg.UserDataPath)
 	if err != nil {
 		return fmt.Errorf("reading user data: %w", err)
 	}
-	join, err := bootstrap.ParseUserData(data)
+	cc, err := parseCloudConfig(data)
 	if err != nil {
 		return fmt.Errorf("reading user data %s: %w", m.cfg.UserDataPath, err)
 	}
-	m.join = join
+	root, cleanup, err := m.diskRoot()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	d, err := newDisk(root)
+	if err != nil {
+		return err
+	}
+	if err := d.writeFiles(cc.WriteFiles); err != nil {
+		return fmt.Errorf("cloud-init: %w", err)
+	}
+	m.log.printf("cloud-init wrote %d files", len(cc.WriteFiles))
+	if m.cfg.NeverJoin {
+		m.log.printf("cloud-init ran, but this machine never joins: idling until powered off")
+		<-ctx.Done()
+		return nil
+	}
+	script, err := runcmdScript(cc.RunCmd)
+	if err != nil {
+		return fmt.Errorf("cloud-init: %w", err)
+	}
+	out := &lineLog{p: m.log, prefix: "cloud-init: "}
+	sh := &shell{m: m, disk: d}
+	err = sh.run(ctx, script, runcmdPath, nil, out, out, nil, nil)
+	out.flush()
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case m.kubelet != nil:
+		return nil
+	case m.joinErr != nil:
+		return fmt.Errorf("kubeadm join: %w", m.joinErr)
+	case err != nil:
+		return fmt.Errorf("cloud-init runcmd failed and never ran kubeadm join: %w", err)
+	case len(sh.failed) > 0:
+		return fmt.Errorf("cloud-init ran, but kubeadm join never ran; failed commands: %s", strings.Join(sh.failed, "; "))
+	}
+	return errors.New("cloud-init ran, but its runcmd never ran kubeadm join")
+}
+
+// diskRoot is the folder of the machine's disk: in its state dir, or a temporary one.
+func (m *machine) diskRoot() (string, func(), error) {
+	if m.cfg.StateDir != "" {
+		root := filepath.Join(m.cfg.StateDir, "rootfs")
+		return root, func() {}, os.MkdirAll(root, 0o700)
+	}
+	root, err := os.MkdirTemp("", "sim-rootfs-")
+	if err != nil {
+		return "", nil, fmt.Errorf("creating the machine's disk: %w", err)
+	}
+	return root, func() { os.RemoveAll(root) }, nil
+}
+
+// kubeadmJoin is `kubeadm join --config path` on the machine: it reads the
+// JoinConfiguration, discovers the cluster with the bootstrap token, TLS bootstraps the
+// kubelet's credentials and keeps them and the kubelet's flags on disk.
+func (m *machine) kubeadmJoin(ctx context.Context, path string) (err error) {
+	defer func() { m.joinErr = err }()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading the JoinConfiguration: %w", unwrapPath(err))
+	}
+	var join bootstrap.JoinConfiguration
+	if err := yaml.UnmarshalStrict(data, &join); err != nil {
+		return fmt.Errorf("parsing the JoinConfiguration: %w", err)
+	}
+	if join.APIVersion != bootstrap.JoinAPIVersion || join.Kind != bootstrap.JoinKind {
+		return fmt.Errorf("the configuration is %s %s, want %s %s", join.APIVersion, join.Kind, bootstrap.JoinAPIVersion, bootstrap.JoinKind)
+	}
+	if join.Discovery.BootstrapToken == nil {
+		return errors.New("the JoinConfiguration has no bootstrap token discovery")
+	}
+	m.join = &join
 	m.nodeName = join.NodeRegistration.Name
 	if m.nodeName == "" {
 		m.nodeName = m.cfg.Name
 	}
-	m.log.printf("cloud-init wrote the JoinConfiguration for node %s", m.nodeName)
-	return nil
-}
-
-// kubeletConfig returns the kubelet's client configuration: the one kept on disk from an
-// earlier boot, or a new one from `kubeadm join` (token discovery, then TLS bootstrap).
-func (m *machine) kubeletConfig(ctx context.Context) (*rest.Config, error) {
-	if cfg, err := m.loadKubeconfig(); err != nil {
-		m.log.printf("ignoring the kubelet kubeconfig on disk: %v", err)
-	} else if cfg != nil {
-		m.log.printf("kubelet found its client certificate on disk, not joining again")
-		return cfg, nil
-	}
-	bt := m.join.Discovery.BootstrapToken
+	bt := join.Discovery.BootstrapToken
 	tok, err := bootstrap.ParseToken(bt.Token)
 	if err != nil {
-		return nil, errors.New("kubeadm join: the discovery token in the JoinConfiguration is malformed")
+		return errors.New("the discovery token in the JoinConfiguration is malformed")
 	}
 	m.log.printf("kubeadm join: discovering the cluster at %s with token %s", bt.APIServerEndpoint, tok.ID)
 	discoverCtx, cancel := context.WithTimeout(ctx, m.cfg.DiscoveryTimeout)
 	defer cancel()
 	server, caPEM, err := discover(discoverCtx, bt.APIServerEndpoint, tok, bt.CACertHashes, m.log)
 	if err != nil {
-		return nil, fmt.Errorf("kubeadm join: %w", err)
+		return err
 	}
 	m.log.printf("kubeadm join: cluster CA verified against the pinned hash; TLS bootstrap as system:node:%s", m.nodeName)
-
 	tlsToken := tok.String()
-	if t := m.join.Discovery.TLSBootstrapToken; t != "" {
+	if t := join.Discovery.TLSBootstrapToken; t != "" {
 		tlsToken = t
 	}
 	bootstrapCtx, cancel := context.WithTimeout(ctx, tlsBootstrapTimeout)
 	defer cancel()
 	creds, err := TLSBootstrap(bootstrapCtx, TokenConfig(server, caPEM, tlsToken), m.nodeName)
 	if err != nil {
-		return nil, fmt.Errorf("kubeadm join: TLS bootstrap: %w", err)
+		return fmt.Errorf("TLS bootstrap: %w", err)
 	}
 	m.log.printf("kubeadm join: client certificate for system:node:%s signed", m.nodeName)
 	if err := m.saveKubeconfig(server, caPEM, creds); err != nil {
-		return nil, err
+		return err
 	}
-	return NodeConfig(server, caPEM, creds), nil
+	if err := m.saveKubeletFlags(join.NodeRegistration); err != nil {
+		return err
+	}
+	m.kubelet = NodeConfig(server, caPEM, creds)
+	return nil
+}
+
+// lineLog writes a script's output to the machine's log, line by line.
+type lineLog struct {
+	p      *progress
+	prefix string
+	buf    []byte
+}
+
+func (l *lineLog) Write(b []byte) (int, error) {
+	l.buf = append(l.buf, b...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		l.p.printf("%s%s", l.prefix, l.buf[:i])
+		l.buf = l.buf[i+1:]
+	}
+}
+
+func (l *lineLog) flush() {
+	if len(l.buf) > 0 {
+		l.p.printf("%s%s", l.prefix, l.buf)
+		l.buf = nil
+	}
 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.

@@ -116,10 +116,13 @@ func (m *machine) capacity() corev1.ResourceList {
 	return capacity
 }
 
-// allocatable is the capacity, with the extended resources (GPUs) at 0 until the simulated
-// device plugin has registered.
+// allocatable is the capacity less what the kubelet reserves (nodeAllocatable), with the
+// extended resources (GPUs) at 0 until the simulated device plugin has registered.
 func (m *machine) allocatable(capacity corev1.ResourceList, now time.Time) corev1.ResourceList {
-	out := capacity.DeepCopy()
+	out := m.allocatableBase.DeepCopy()
+	if out == nil {
+		out = capacity.DeepCopy()
+	}
 	if m.gpuPluginUp(now) {
 		return out
 	}

@@ -128,7 +128,7 @@ var tokenRules = []struct {
 	class  ErrorClass
 	tokens []string
 }{
-	{Credentials, []string{"unauthorized", "401", "403", "forbidden", "invalid token", "token_readonly",
+	{Credentials, []string{"unauthorized", "401", "403", "forbidden", "invalid token", "token is invalid", "token_readonly",
 		"invalid credentials", "authentication failed", "access denied",
 		// State encryption (internal/encryption/base.go): a wrong key, or a plaintext state
 		// where encryption is enforced without a fallback.
@@ -143,10 +143,25 @@ var tokenRules = []struct {
 		"conflict", "locked", "server_error", "service_error", "maintenance", "temporarily unavailable"}},
 }
 
+// phraseRules recognise errors a provider makes itself, by all of their words (each a
+// whole word or phrase, case-insensitive). They are tried after tokenRules. The Hetzner
+// Cloud provider looks up names before it creates a server and reports what it did not find
+// (terraform-provider-hcloud internal/server/resource.go).
+var phraseRules = []struct {
+	class ErrorClass
+	words []string
+}{
+	{InvalidModule, []string{"server type", "not found"}},
+	{InvalidModule, []string{"image", "for architecture", "not found"}},
+	{InvalidModule, []string{"ssh key not found"}},
+	{InvalidModule, []string{"placement group not found"}},
+}
+
 // Classify turns the error diagnostics of a run and the error tfexec returned into a
 // RunError, or nil when the run succeeded. Rules, first match wins: the run's context
 // (cancelled, deadline), errors of this package (invalid module or request), the state-lock
-// diagnostic, configuration diagnostics, then error codes in the diagnostics' text.
+// diagnostic, configuration diagnostics, error codes in the diagnostics' text, then a
+// provider's own phrases.
 func Classify(diags []Diagnostic, runErr error) *RunError {
 	var errs []Diagnostic
 	for _, d := range diags {
@@ -185,6 +200,13 @@ func Classify(diags []Diagnostic, runErr error) *RunError {
 			}
 		}
 	}
+	for _, rule := range phraseRules {
+		for _, d := range errs {
+			if containsAllWords(strings.ToLower(d.codeText()), rule.words) {
+				return newRunError(rule.class, d.text())
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return newRunError(Unknown, errs[0].text())
 	}
@@ -203,6 +225,15 @@ func isInvalidModuleSummary(summary string) bool {
 		}
 	}
 	return false
+}
+
+func containsAllWords(text string, words []string) bool {
+	for _, w := range words {
+		if !containsWord(text, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // containsWord reports whether token occurs in text with no letter, digit or underscore

@@ -81,6 +81,18 @@ func TestClassifyFixtures(t *testing.T) {
 		"local-exec-api-timeout":              Transient,
 		"local-exec-service-unavailable":      Transient,
 		"local-exec-unexplained":              Unknown,
+		// The real hcloud provider against the stand-in (TestHcloudProviderDiagnostics).
+		"hcloud-resource-unavailable": Capacity,
+		"hcloud-placement-error":      Capacity,
+		"hcloud-resource-limit":       Quota,
+		"hcloud-invalid-location":     InvalidModule,
+		"hcloud-unknown-server-type":  InvalidModule,
+		"hcloud-unknown-image":        InvalidModule,
+		"hcloud-unauthorized":         Credentials,
+		"hcloud-token-malformed":      Credentials,
+		"hcloud-rate-limit":           Transient,
+		"hcloud-server-error":         Transient,
+		"hcloud-locked":               Transient,
 	} {
 		t.Run(fixture, func(t *testing.T) {
 			diags := readFixture(t, fixture)
@@ -128,6 +140,9 @@ func TestClassify(t *testing.T) {
 		{name: "rejected input is the module's", diags: []Diagnostic{localExec("error: invalid_input: invalid input in field 'server_type'")}, err: exitErr, want: InvalidModule},
 		{name: "invalid input before transient", diags: []Diagnostic{localExec("invalid_input (conflict)")}, err: exitErr, want: InvalidModule},
 		{name: "insufficient capacity phrase", diags: []Diagnostic{localExec("Insufficient capacity in zone")}, err: exitErr, want: Capacity},
+		{name: "a provider's lookup", diags: []Diagnostic{diag("server type cx99 not found", "")}, err: exitErr, want: InvalidModule},
+		{name: "phrases need all their words", diags: []Diagnostic{diag("server type cx23 is gone", "")}, err: exitErr, want: Unknown},
+		{name: "codes before phrases", diags: []Diagnostic{diag("SSH key not found (unauthorized, 0123456789abcdef)", "")}, err: exitErr, want: Credentials},
 		{name: "numbers are whole words", diags: []Diagnostic{localExec("server 4012 failed")}, err: exitErr, want: Unknown},
 		{name: "command line is not output", diags: []Diagnostic{localExec("boom")}, err: exitErr, want: Unknown, substr: "boom"},
 		{name: "backend error", diags: []Diagnostic{diag("Error loading state", `secrets "tfstate-default-x" is forbidden: User "system:serviceaccount:x:y" cannot get resource "secrets"`)}, err: exitErr, want: Credentials},

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 // The image cannot be built here (no container engine). These tests check what it is made
@@ -107,11 +106,15 @@ func TestImageTofuConfig(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	// No registry is reachable here: the providers come from the pinned builds' mirror
-	// (hack/tools.sh), as the script allows.
-	source := []string{"FULFILLER_PROVIDER_SOURCE=" + filepath.Join(filepath.Dir(testenv.ToolsBin()), "providers")}
-	if out, err := run(root, source, filepath.Join(root, "hack", "image", "mirror-providers.sh"), modules, mirror); err != nil {
+	// The image's build copies the providers hack/tools.sh built into the mirror first.
+	tools := filepath.Join(filepath.Dir(filepath.Dir(tofu)), "providers")
+	if out, err := run(root, nil, "cp", "-rL", tools, mirror); err != nil {
+		t.Fatalf("copying the tools' provider mirror %s (run `make tools`): %v\n%s", tools, err, out)
+	}
+	if out, err := run(root, nil, filepath.Join(root, "hack", "image", "mirror-providers.sh"), modules, mirror); err != nil {
 		t.Fatalf("mirror-providers.sh: %v\n%s", err, out)
+	} else if !strings.Contains(out, "hetzner-cloud/: the mirror has its providers") {
+		t.Errorf("mirror-providers.sh did not find the built hcloud provider in the mirror:\n%s", out)
 	}
 	config, err := os.ReadFile(filepath.Join(root, "hack", "image", "tofurc"))
 	if err != nil {

@@ -1,0 +1,250 @@
+package robot
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+)
+
+// Environment of the command besides the webservice's (EnvUser, EnvPassword, EnvEndpoint).
+const (
+	// EnvSSHKey holds the fulfiller's SSH private key (OpenSSH or PEM format).
+	EnvSSHKey = "HROBOT_SSH_KEY"
+	// EnvKubeconfig is the kubeconfig of the cluster holding the inventory (the kubernetes
+	// state backend's variable); without it the in-cluster configuration is used.
+	EnvKubeconfig = "KUBE_CONFIG_PATH"
+)
+
+// InventoryPool is the statelock inventory pool of Robot servers; items are server numbers.
+const InventoryPool = "robot"
+
+// Main is `fulfiller robot`, run by modules/hetzner-robot's provisioners:
+//
+//	fulfiller robot activate --server N --path warm|cold [--host-key KEY] --user-data-file PATH ...
+//	fulfiller robot release  --server N ...
+//	fulfiller robot probe    --server N --host-key KEY
+//
+// Credentials come from the environment (HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY), the
+// inventory through KUBE_CONFIG_PATH or the pod's service account. Progress goes to stdout;
+// a failure is one line on stderr, "robot error <Reason>: <message>", and exit code 1.
+func Main(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, args, os.Getenv, os.Stdout, os.Stderr)
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: fulfiller robot activate|release|probe --server N [flags]")
+		return 2
+	}
+	op := args[0]
+	fs := flag.NewFlagSet("robot "+op, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server := fs.Int("server", 0, "server number")
+	path := fs.String("path", string(Warm), "activation path: warm or cold")
+	hostKey := fs.String("host-key", "", "host key recorded at the server's install (authorized_keys format)")
+	userDataFile := fs.String("user-data-file", "", "file with the claim's cloud-init user data")
+	hostname := fs.String("hostname", "", "hostname of an install (default robot-<server>)")
+	image := fs.String("image", "", "installimage image of an install")
+	drives := fs.String("drives", "/dev/sda,/dev/sdb", "comma-separated drives of an install")
+	sshHost := fs.String("ssh-host", "", "SSH address instead of the server's main IP")
+	sshPort := fs.Int("ssh-port", 22, "SSH port")
+	namespace := fs.String("inventory-namespace", "", "namespace of the inventory leases (records host keys and states)")
+	holder := fs.String("holder", "", "the claim holding the server's lease (guards what is recorded)")
+	rescueTimeout := fs.Duration("rescue-timeout", 10*time.Minute, "how long to wait for the rescue system")
+	installTimeout := fs.Duration("install-timeout", 30*time.Minute, "how long installimage and the first boot may take")
+	warmTimeout := fs.Duration("warm-timeout", 2*time.Minute, "how long to wait for a standby server's SSH")
+	poll := fs.Duration("poll-interval", 5*time.Second, "how often to try an SSH endpoint again")
+	if op != "activate" && op != "release" && op != "probe" {
+		fmt.Fprintf(stderr, "fulfiller robot: unknown operation %q (activate, release, probe)\n", op)
+		return 2
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if *server <= 0 || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "fulfiller robot: --server N is required")
+		return 2
+	}
+
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "robot error %s: %s\n", Reason(err), oneLine(err.Error()))
+		return 1
+	}
+	a, err := newActivator(getenv, *namespace, *holder, stdout)
+	if err != nil {
+		return fail(err)
+	}
+	a.SSHHost, a.SSHPort, a.PollInterval = *sshHost, *sshPort, *poll
+	a.RescueTimeout, a.InstallTimeout, a.WarmTimeout = *rescueTimeout, *installTimeout, *warmTimeout
+	driveList := strings.Split(*drives, ",")
+
+	switch op {
+	case "activate":
+		var userData []byte
+		if *userDataFile != "" {
+			if userData, err = os.ReadFile(*userDataFile); err != nil {
+				return fail(fmt.Errorf("reading user data: %w", err))
+			}
+		}
+		out, err := a.Activate(ctx, Activation{
+			Server: *server, Path: Path(*path), HostKey: *hostKey, UserData: userData,
+			Hostname: *hostname, Image: *image, Drives: driveList,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "robot: server %d activated (%s) at %s\n", *server, *path, out.Address)
+	case "release":
+		out, err := a.Release(ctx, Release{Server: *server, Hostname: *hostname, Image: *image, Drives: driveList})
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "robot: server %d released; reinstalling at %s\n", *server, out.Address)
+	case "probe":
+		state, err := a.Probe(ctx, *server, *hostKey)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintln(stdout, state)
+	}
+	return 0
+}
+
+func newActivator(getenv func(string) string, namespace, holder string, log io.Writer) (*Activator, error) {
+	cfg, err := ClientConfigFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM := getenv(EnvSSHKey)
+	if keyPEM == "" {
+		return nil, fmt.Errorf("%w: %s not set", ErrInvalidCredentials, EnvSSHKey)
+	}
+	signer, err := ssh.ParsePrivateKey([]byte(keyPEM))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not an SSH private key: %w", ErrInvalidCredentials, EnvSSHKey, err)
+	}
+	a := &Activator{Client: c, Signer: signer, Log: log}
+	if namespace != "" {
+		rec, err := newInventoryRecorder(getenv, namespace, holder)
+		if err != nil {
+			return nil, err
+		}
+		a.Recorder = rec
+	}
+	return a, nil
+}
+
+// InventoryRecorder records attributes on servers' inventory items, guarded by the holder.
+type InventoryRecorder struct {
+	Inventory statelock.Inventory
+	Holder    string
+}
+
+func (r InventoryRecorder) Record(ctx context.Context, server int, attrs map[string]string) error {
+	if err := r.Inventory.SetAttributes(ctx, strconv.Itoa(server), r.Holder, attrs); err != nil {
+		return fmt.Errorf("recording %v of server %d: %w", keys(attrs), server, err)
+	}
+	return nil
+}
+
+func newInventoryRecorder(getenv func(string) string, namespace, holder string) (Recorder, error) {
+	var cfg *rest.Config
+	var err error
+	if path := getenv(EnvKubeconfig); path != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("configuring the inventory's cluster client: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("building the inventory's cluster client: %w", err)
+	}
+	return InventoryRecorder{Inventory: statelock.Inventory{Reader: c, Writer: c, Namespace: namespace, Pool: InventoryPool}, Holder: holder}, nil
+}
+
+func keys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// Reasons the command prints ahead of its error, which Rules classifies.
+const (
+	ReasonInvalidCredentials = "InvalidCredentials"
+	ReasonServerNotFound     = "ServerNotFound"
+	ReasonRateLimited        = "RateLimited"
+	ReasonHostKeyMismatch    = "HostKeyMismatch"
+	ReasonNotStandby         = "NotInStandby"
+	ReasonInstallFailed      = "InstallFailed"
+	ReasonRescueUnreachable  = "RescueUnreachable"
+	ReasonBootNotAvailable   = "RescueNotAvailable"
+	ReasonResetNotAvailable  = "ResetNotAvailable"
+	ReasonInvalidInput       = "InvalidInput"
+	ReasonInventory          = "InventoryChanged"
+	ReasonFailed             = "ActivationFailed"
+)
+
+// Reason names the condition of an activation or release error.
+func Reason(err error) string {
+	var rl *RateLimitedError
+	var mismatch *HostKeyMismatchError
+	switch {
+	case errors.Is(err, ErrInvalidCredentials):
+		return ReasonInvalidCredentials
+	case errors.Is(err, ErrServerNotFound):
+		return ReasonServerNotFound
+	case errors.As(err, &rl):
+		return ReasonRateLimited
+	case errors.As(err, &mismatch):
+		return ReasonHostKeyMismatch
+	case errors.Is(err, ErrNotStandby):
+		return ReasonNotStandby
+	case errors.Is(err, ErrInstallFailed):
+		return ReasonInstallFailed
+	case errors.Is(err, ErrRescueUnreachable):
+		return ReasonRescueUnreachable
+	case IsCode(err, CodeBootNotAvailable):
+		return ReasonBootNotAvailable
+	case IsCode(err, CodeResetNotAvailable), IsCode(err, CodeResetManualActive):
+		return ReasonResetNotAvailable
+	case IsCode(err, CodeInvalidInput):
+		return ReasonInvalidInput
+	case errors.Is(err, statelock.ErrNotHolder), errors.Is(err, statelock.ErrUnknownItem):
+		return ReasonInventory
+	}
+	return ReasonFailed
+}
