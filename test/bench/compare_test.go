@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -93,8 +92,11 @@ type burstResult struct {
 	// on NodeClaims saw them; registered: per claim, from the burst to Registered=True.
 	launched, registered []time.Duration
 	// create: the Create latency quantiles (p50, p90, p99) of Karpenter's
-	// karpenter_cloudprovider_duration_seconds histogram, where the provider has it.
-	create []time.Duration
+	// karpenter_cloudprovider_duration_seconds histogram, where the provider has it; a
+	// quantile in the histogram's last bucket is its highest finite bound, createMax.
+	create    []time.Duration
+	createMax time.Duration
+	pods      int
 	// peakRSS is the controller's peak resident memory (VmHWM), in bytes.
 	peakRSS int64
 }
@@ -144,7 +146,7 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 			kl, fl := quantiles(k.launched), quantiles(f.launched)
 			fmt.Fprintf(&table, "| %d nodes, create %s, boot %s | %.2f× (%s / %s) | %s | %s | %.2f× (%s / %s) | %.2f× (%d / %d MiB) |\n",
 				c.nodes, c.create, c.boot, ratio, round(f.bound), round(k.bound),
-				ratios(fl, kl), durations(f.create),
+				ratios(fl, kl), createDurations(f.create, f.createMax),
 				float64(maxOf(f.registered))/float64(maxOf(k.registered)), round(maxOf(f.registered)), round(maxOf(k.registered)),
 				float64(f.peakRSS)/float64(k.peakRSS), f.peakRSS>>20, k.peakRSS>>20)
 		}
@@ -240,7 +242,7 @@ func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstC
 		res.peakRSS = peakRSS(pid)
 	}
 	if port, err := os.ReadFile(layout.MetricsPortFile()); err == nil {
-		res.create = createQuantiles(b, "http://127.0.0.1:"+strings.TrimSpace(string(port))+"/metrics")
+		res.create, res.createMax = createQuantiles(b, "http://127.0.0.1:"+strings.TrimSpace(string(port))+"/metrics")
 	}
 	return res
 }
@@ -316,14 +318,15 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 	}); err != nil {
 		b.Fatal(err)
 	}
-	res := burstResult{bound: time.Since(start)}
+	res := burstResult{bound: time.Since(start), pods: nodes}
 	res.launched, res.registered = w.latencies(start)
 	return res
 }
 
 // claimWatch records when a watch on NodeClaims saw each claim appear, launch and register.
+// A watch the API server ends is made again (a new watch lists every claim as added).
 type claimWatch struct {
-	w                          watch.Interface
+	cancel                     context.CancelFunc
 	done                       chan struct{}
 	mu                         sync.Mutex
 	seen, launched, registered map[string]time.Time
@@ -334,37 +337,51 @@ func watchClaims(ctx context.Context, cfg *rest.Config) (*claimWatch, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	cw := &claimWatch{cancel: cancel, done: make(chan struct{}),
+		seen: map[string]time.Time{}, launched: map[string]time.Time{}, registered: map[string]time.Time{}}
 	w, err := c.Watch(ctx, &karpv1.NodeClaimList{})
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("watching NodeClaims: %w", err)
 	}
-	cw := &claimWatch{w: w, done: make(chan struct{}),
-		seen: map[string]time.Time{}, launched: map[string]time.Time{}, registered: map[string]time.Time{}}
 	go func() {
 		defer close(cw.done)
-		for ev := range w.ResultChan() {
-			nc, ok := ev.Object.(*karpv1.NodeClaim)
-			if !ok {
-				continue
-			}
-			now := time.Now()
-			cw.mu.Lock()
-			if _, ok := cw.seen[nc.Name]; !ok {
-				cw.seen[nc.Name] = now
-			}
-			for cond, at := range map[string]map[string]time.Time{karpv1.ConditionTypeLaunched: cw.launched, karpv1.ConditionTypeRegistered: cw.registered} {
-				if _, ok := at[nc.Name]; !ok && nc.StatusConditions().Get(cond).IsTrue() {
-					at[nc.Name] = now
+		for {
+			for ev := range w.ResultChan() {
+				if nc, ok := ev.Object.(*karpv1.NodeClaim); ok {
+					cw.observe(nc, time.Now())
 				}
 			}
-			cw.mu.Unlock()
+			for ctx.Err() == nil {
+				if w, err = c.Watch(ctx, &karpv1.NodeClaimList{}); err == nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if ctx.Err() != nil {
+				return
+			}
 		}
 	}()
 	return cw, nil
 }
 
+func (cw *claimWatch) observe(nc *karpv1.NodeClaim, now time.Time) {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if _, ok := cw.seen[nc.Name]; !ok {
+		cw.seen[nc.Name] = now
+	}
+	for cond, at := range map[string]map[string]time.Time{karpv1.ConditionTypeLaunched: cw.launched, karpv1.ConditionTypeRegistered: cw.registered} {
+		if _, ok := at[nc.Name]; !ok && nc.StatusConditions().Get(cond).IsTrue() {
+			at[nc.Name] = now
+		}
+	}
+}
+
 func (cw *claimWatch) stop() {
-	cw.w.Stop()
+	cw.cancel()
 	<-cw.done
 }
 
@@ -401,12 +418,12 @@ func peakRSS(pid int) int64 {
 // createQuantiles reads the Create histogram of karpenter_cloudprovider_duration_seconds
 // from a metrics endpoint and returns its p50, p90 and p99, interpolated within buckets as
 // Prometheus's histogram_quantile does.
-func createQuantiles(b *testing.B, url string) []time.Duration {
+func createQuantiles(b *testing.B, url string) ([]time.Duration, time.Duration) {
 	b.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		b.Logf("reading %s: %v", url, err)
-		return nil
+		return nil, 0
 	}
 	defer resp.Body.Close()
 	type bucket struct{ le, count float64 }
@@ -434,10 +451,11 @@ func createQuantiles(b *testing.B, url string) []time.Duration {
 		}
 	}
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].le < buckets[j].le })
-	if len(buckets) == 0 || buckets[len(buckets)-1].count == 0 {
-		return nil
+	if len(buckets) < 2 || buckets[len(buckets)-1].count == 0 {
+		return nil, 0
 	}
 	total := buckets[len(buckets)-1].count
+	maxFinite := time.Duration(buckets[len(buckets)-2].le * float64(time.Second))
 	var out []time.Duration
 	for _, q := range []float64{0.5, 0.9, 0.99} {
 		rank := q * total
@@ -458,7 +476,7 @@ func createQuantiles(b *testing.B, url string) []time.Duration {
 			lower, below = bk.le, bk.count
 		}
 	}
-	return out
+	return out, maxFinite
 }
 
 // merge is the median over rounds of each measure (per-claim latencies are pooled).
@@ -476,6 +494,9 @@ func merge(rs []burstResult) burstResult {
 		}
 	}
 	out.bound, out.peakRSS = median(bound), int64(median(rss))
+	if len(rs) > 0 {
+		out.pods, out.createMax = rs[0].pods, rs[0].createMax
+	}
 	if len(creates[0]) > 0 {
 		out.create = []time.Duration{median(creates[0]), median(creates[1]), median(creates[2])}
 	}
@@ -522,6 +543,21 @@ func durations(ds []time.Duration) string {
 	return strings.Join(parts, " / ")
 }
 
+// createDurations formats Create quantiles, those in the histogram's last bucket as "≥max".
+func createDurations(ds []time.Duration, maxFinite time.Duration) string {
+	if len(ds) == 0 {
+		return "–"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = round(d).String()
+		if d >= maxFinite {
+			parts[i] = "≥" + round(maxFinite).String()
+		}
+	}
+	return strings.Join(parts, " / ")
+}
+
 func ratios(f, k []time.Duration) string {
 	if len(f) == 0 || len(k) == 0 {
 		return "–"
@@ -534,7 +570,7 @@ func ratios(f, k []time.Duration) string {
 }
 
 func (r burstResult) summary() string {
-	return fmt.Sprintf("all %d pods bound after %s; %d claims: create→Launched p50/p90/p99 %s, last registered after %s; Create %s; peak memory %d MiB",
-		len(r.launched), round(r.bound), len(r.launched), durations(quantiles(r.launched)), round(maxOf(r.registered)),
-		durations(r.create), r.peakRSS>>20)
+	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB",
+		r.pods, round(r.bound), len(r.launched), durations(quantiles(r.launched)), len(r.registered), round(maxOf(r.registered)),
+		createDurations(r.create, r.createMax), r.peakRSS>>20)
 }
