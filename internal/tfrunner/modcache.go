@@ -58,7 +58,6 @@ const (
 	dataDir          = ".terraform"
 	backendStateFile = "terraform.tfstate" // the backend record
 	workspaceFile    = "environment"       // the selected workspace
-	lockFileName     = ".terraform.lock.hcl"
 )
 
 // cacheable reports whether a request's runs can use the module cache: it needs a cache
@@ -129,9 +128,9 @@ func tofuID(path string) (string, error) {
 }
 
 // publish makes a cache entry at path once: under an exclusive lock on path+".lock", unless
-// path exists by then, make fills a fresh temporary folder next to path, which is then
+// path exists by then, fill fills a fresh temporary folder next to path, which is then
 // renamed into place. It returns whether this call made the entry.
-func publish(ctx context.Context, path string, make func(tmp string) error) (bool, error) {
+func publish(ctx context.Context, path string, fill func(tmp string) error) (bool, error) {
 	if _, err := os.Stat(path); err == nil {
 		return false, nil
 	}
@@ -147,7 +146,7 @@ func publish(ctx context.Context, path string, make func(tmp string) error) (boo
 	if err != nil {
 		return false, fmt.Errorf("creating cache entry: %w", err)
 	}
-	if err := make(tmp); err != nil {
+	if err := fill(tmp); err != nil {
 		_ = os.RemoveAll(tmp)
 		return false, err
 	}

@@ -319,6 +319,11 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 		b.Fatal(err)
 	}
 	res := burstResult{bound: time.Since(start), pods: nodes}
+	// A pod can be bound the moment its Node lost the unregistered taint, just before its
+	// claim is marked Registered.
+	_ = devenv.Poll(ctx, 2*time.Minute, 200*time.Millisecond, "every claim to be registered", func(context.Context) (bool, error) {
+		return w.allRegistered(), nil
+	})
 	res.launched, res.registered = w.latencies(start)
 	return res
 }
@@ -378,6 +383,12 @@ func (cw *claimWatch) observe(nc *karpv1.NodeClaim, now time.Time) {
 			at[nc.Name] = now
 		}
 	}
+}
+
+func (cw *claimWatch) allRegistered() bool {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return len(cw.registered) == len(cw.seen)
 }
 
 func (cw *claimWatch) stop() {
