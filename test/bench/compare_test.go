@@ -113,42 +113,64 @@ type burstResult struct {
 // Reported per case, as ratios fulfiller/kwok: the time until every pod was bound, the
 // claims' create→Launched latency (p50/p90/p99) and the controllers' peak memory; and the
 // fulfiller's Create latency from karpenter_cloudprovider_duration_seconds (kwok's main does
-// not decorate its provider with these metrics). Nothing is asserted on timing.
+// not decorate its provider with these metrics). With BENCH_BASELINE_REV, that revision's
+// fulfiller runs each burst too, after this tree's. Nothing is asserted on timing.
 func BenchmarkBurstVersusKwok(b *testing.B) {
 	ctx := ctxFor(b, 3*time.Hour)
 	dir := b.TempDir()
 	bin := buildFulfillerDev(b, dir)
+	baseline, rev := "", os.Getenv(baselineRevEnv)
+	if rev != "" {
+		baseline = buildRevision(b, rev, filepath.Join(dir, "baseline"))
+	}
 	cases := burstCases()
 	n := rounds(1)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		results := map[string][2][]burstResult{}
+		// kwok, this tree's fulfiller and the baseline's, per case.
+		results := map[string][3][]burstResult{}
 		for r := 0; r < n; r++ {
 			for _, c := range cases {
 				run := filepath.Join(dir, fmt.Sprintf("%s-%d-%d", c.name, i, r))
+				got := results[c.name]
 				k := burstKwok(b, ctx, filepath.Join(run, "kwok"), c)
 				b.Logf("%s round %d: kwok %s", c.name, r+1, k.summary())
 				f := burstFulfiller(b, ctx, bin, filepath.Join(run, "fulfiller"), c)
 				b.Logf("%s round %d: fulfiller %s", c.name, r+1, f.summary())
-				pair := results[c.name]
-				pair[0], pair[1] = append(pair[0], k), append(pair[1], f)
-				results[c.name] = pair
+				got[0], got[1] = append(got[0], k), append(got[1], f)
+				if baseline != "" {
+					f := burstFulfiller(b, ctx, baseline, filepath.Join(run, "baseline"), c)
+					b.Logf("%s round %d: fulfiller at %s %s", c.name, r+1, rev, f.summary())
+					got[2] = append(got[2], f)
+				}
+				results[c.name] = got
 			}
 		}
 		b.StopTimer()
 		var table strings.Builder
-		table.WriteString("| burst | all pods bound, fulfiller/kwok | create→Launched p50/p90/p99, fulfiller/kwok | Create p50/p90/p99 (fulfiller) | last node registered, fulfiller/kwok | peak memory, fulfiller/kwok |\n|---|---|---|---|---|---|\n")
+		table.WriteString("| burst | all pods bound, fulfiller/kwok | create→Launched p50/p90/p99, fulfiller/kwok | Create p50/p90/p99 (fulfiller) | last node registered, fulfiller/kwok | peak memory, fulfiller/kwok |")
+		if baseline != "" {
+			table.WriteString(" all pods bound, " + rev + "/kwok |\n|---|---|---|---|---|---|---|\n")
+		} else {
+			table.WriteString("\n|---|---|---|---|---|---|\n")
+		}
 		for _, c := range cases {
 			k, f := merge(results[c.name][0]), merge(results[c.name][1])
 			ratio := float64(f.bound) / float64(k.bound)
 			b.ReportMetric(ratio, c.name+"-bound-ratio")
 			b.ReportMetric(float64(f.peakRSS)/float64(k.peakRSS), c.name+"-memory-ratio")
 			kl, fl := quantiles(k.launched), quantiles(f.launched)
-			fmt.Fprintf(&table, "| %d nodes, create %s, boot %s | %.2f× (%s / %s) | %s | %s | %.2f× (%s / %s) | %.2f× (%d / %d MiB) |\n",
+			fmt.Fprintf(&table, "| %d nodes, create %s, boot %s | %.2f× (%s / %s) | %s | %s | %.2f× (%s / %s) | %.2f× (%d / %d MiB) |",
 				c.nodes, c.create, c.boot, ratio, round(f.bound), round(k.bound),
 				ratios(fl, kl), createDurations(f.create, f.createMax),
 				float64(maxOf(f.registered))/float64(maxOf(k.registered)), round(maxOf(f.registered)), round(maxOf(k.registered)),
 				float64(f.peakRSS)/float64(k.peakRSS), f.peakRSS>>20, k.peakRSS>>20)
+			if baseline != "" {
+				base := merge(results[c.name][2])
+				b.ReportMetric(float64(base.bound)/float64(k.bound), c.name+"-baseline-bound-ratio")
+				fmt.Fprintf(&table, " %.2f× (%s) |", float64(base.bound)/float64(k.bound), round(base.bound))
+			}
+			table.WriteString("\n")
 		}
 		b.Logf("fulfiller (local executor) versus Karpenter's kwok provider, medians of %d round(s), load %s:\n%s", n, loadAverage(), table.String())
 		b.StartTimer()
