@@ -27,7 +27,7 @@ const EncryptionAESGCM EncryptionMethod = "aes_gcm"
 type BackendEncryption struct {
 	// KeySecretRef is the Secret key holding the passphrase.
 	KeySecretRef SecretKeyRef `json:"keySecretRef"`
-	// Method of encryption.
+	// Method of encryption. The API server stores its default, aes_gcm (MethodOrDefault).
 	// +kubebuilder:default=aes_gcm
 	// +optional
 	Method EncryptionMethod `json:"method,omitempty"`
@@ -39,16 +39,14 @@ type PGBackendSpec struct {
 	// ConnSecretRef is the Secret key holding the connection string
 	// (postgres://user:password@host:5432/db?sslmode=require). Runs get it as PG_CONN_STR.
 	ConnSecretRef SecretKeyRef `json:"connSecretRef"`
-	// SchemaName is the schema holding the states table.
+	// SchemaName is the schema holding the states table. The API server stores its default,
+	// fulfiller (Backend.PGSchema), so that it cannot change afterwards.
 	// +kubebuilder:default=fulfiller
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
 	// +optional
 	SchemaName string `json:"schemaName,omitempty"`
 }
-
-// DefaultPGSchema is the pg backend's schema when the class names none.
-const DefaultPGSchema = "fulfiller"
 
 // CredentialsSource is a Secret whose keys become the environment of the class's runs.
 type CredentialsSource struct {

@@ -165,14 +165,6 @@ type Run struct {
 	Log string `json:"log,omitempty"`
 }
 
-// Condition types of a Fulfillment.
-const (
-	ConditionApplied     = "Applied"
-	ConditionJoined      = "Joined"
-	ConditionInitialized = "Initialized"
-	ConditionDestroyed   = "Destroyed"
-)
-
 func (in *Fulfillment) StatusConditions(opts ...status.ForOption) status.ConditionSet {
 	return status.NewReadyConditions(ConditionApplied, ConditionJoined, ConditionCNIReady, ConditionGPUReady, ConditionGatesReady, ConditionInitialized).For(in, opts...)
 }

@@ -49,9 +49,8 @@ type ReadinessSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=8
 	Custom []CustomGate `json:"custom,omitempty"`
-	// Policy on a missed deadline: ReportOnly (keep the node, say why) or Replace (replace the
-	// claim).
-	// +kubebuilder:default=ReportOnly
+	// Policy on a missed deadline: ReportOnly (keep the node, say why; the default) or Replace
+	// (replace the claim).
 	// +optional
 	Policy GatePolicy `json:"policy,omitempty"`
 }
@@ -106,7 +105,7 @@ type CustomGate struct {
 type NodeConditionMatch struct {
 	// +kubebuilder:validation:MinLength=1
 	Type string `json:"type"`
-	// +kubebuilder:default=True
+	// Status the condition must have; default True.
 	// +kubebuilder:validation:Enum=True;False;Unknown
 	// +optional
 	Status string `json:"status,omitempty"`
@@ -116,8 +115,10 @@ type NodeConditionMatch struct {
 // Karpenter's fixed 15-minute registration window, or the type is not launchable; the gate
 // deadlines count from the Node's registration.
 type StageDeadlines struct {
-	// Apply is how long the module's apply may take (declared; checked against the
-	// registration window). Default 4m.
+	// Apply is how long one apply of the module may take: at it the runner interrupts tofu,
+	// which releases its state lock, and the run fails with class Timeout (a runner Job's
+	// activeDeadlineSeconds is this plus the grace period, as a backstop). Together with
+	// joinTimeout it must fit Karpenter's registration window. Default 4m.
 	// +optional
 	Apply *metav1.Duration `json:"apply,omitempty"`
 	// CNI gate deadline from registration. Default 5m.
@@ -138,15 +139,3 @@ type KubeletArg struct {
 	// +optional
 	Value string `json:"value,omitempty"`
 }
-
-// Fulfillment conditions of the readiness gates; they roll up into Ready.
-const (
-	ConditionCNIReady = "CNIReady"
-	ConditionGPUReady = "GPUReady"
-	// ConditionGatesReady covers every custom gate of the NodeClass.
-	ConditionGatesReady = "GatesReady"
-)
-
-// ConditionRegistrationWindow is the TofuNodeClass condition that is False when a node
-// type's apply and join deadlines cannot fit Karpenter's 15-minute registration window.
-const ConditionRegistrationWindow = "RegistrationWindow"

@@ -70,7 +70,8 @@ const BackendKubernetes BackendType = "kubernetes"
 // +kubebuilder:validation:XValidation:rule="self.type != 'pg' || has(self.pg)",message="backend type pg needs spec.backend.pg"
 type Backend struct {
 	// Type of the backend. The kubernetes backend keeps each state in a Secret and locks it
-	// with a Lease; pg keeps it in a PostgreSQL table (spec.backend.pg).
+	// with a Lease; pg keeps it in a PostgreSQL table (spec.backend.pg). The API server
+	// stores its default, kubernetes (TypeOrDefault), so that it cannot change afterwards.
 	// +kubebuilder:default=kubernetes
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.type is immutable: the states of existing claims would be lost"
 	// +optional
@@ -91,9 +92,8 @@ type BootstrapSpec struct {
 	// APIServerEndpoint is the host:port machines join (kubeadm's apiServerEndpoint).
 	// +kubebuilder:validation:MinLength=1
 	APIServerEndpoint string `json:"apiServerEndpoint"`
-	// TokenTTL is how long a claim's bootstrap token is valid. It is deleted as soon as the
-	// node registers.
-	// +kubebuilder:default="30m"
+	// TokenTTL is how long a claim's bootstrap token is valid (default 30m). It is deleted as
+	// soon as the node registers.
 	// +optional
 	TokenTTL metav1.Duration `json:"tokenTTL,omitempty"`
 	// CRISocket is the container runtime socket kubeadm configures.
@@ -140,8 +140,7 @@ type NodeType struct {
 	// 15%, imagefs.inodesFree 5%. Set, it replaces them all, as the kubelet's flag does.
 	// +optional
 	EvictionHard map[string]string `json:"evictionHard,omitempty"`
-	// Architecture (kubernetes.io/arch).
-	// +kubebuilder:default=amd64
+	// Architecture (kubernetes.io/arch); default amd64.
 	// +optional
 	Architecture string `json:"architecture,omitempty"`
 	// Labels are added to nodes of this type.
@@ -168,8 +167,7 @@ type NodeType struct {
 	ProviderIDFrom *ProviderIDFrom `json:"providerIDFrom,omitempty"`
 	// JoinTimeout is how long a machine of this type may take from a finished apply until its
 	// Node registers. Past it the claim is replaced and the machine destroyed. It must leave
-	// room in Karpenter's fixed 15-minute registration window.
-	// +kubebuilder:default="10m"
+	// room in Karpenter's fixed 15-minute registration window. Default 10m.
 	// +optional
 	JoinTimeout *metav1.Duration `json:"joinTimeout,omitempty"`
 	// Deadlines of the apply and of each readiness gate (see StageDeadlines).
@@ -189,13 +187,12 @@ type NodeType struct {
 // ProviderIDFrom is where a machine reads its instance ID, and how it makes a provider ID of
 // it.
 type ProviderIDFrom struct {
-	// MetadataURL answers the machine's instance ID as plain text.
-	// +kubebuilder:default="http://169.254.169.254/hetzner/v1/metadata/instance-id"
+	// MetadataURL answers the machine's instance ID as plain text (default Hetzner Cloud's,
+	// http://169.254.169.254/hetzner/v1/metadata/instance-id).
 	// +kubebuilder:validation:Pattern=`^https?://[^'"\\$ ]+$`
 	// +optional
 	MetadataURL string `json:"metadataURL,omitempty"`
-	// Prefix goes before the ID: the provider ID is prefix + ID.
-	// +kubebuilder:default="hcloud://"
+	// Prefix goes before the ID: the provider ID is prefix + ID (default hcloud://).
 	// +kubebuilder:validation:Pattern=`^[^'"\\$|&, ]+$`
 	// +optional
 	Prefix string `json:"prefix,omitempty"`
@@ -205,9 +202,8 @@ type Offering struct {
 	// Zone (topology.kubernetes.io/zone).
 	// +kubebuilder:validation:MinLength=1
 	Zone string `json:"zone"`
-	// CapacityType (karpenter.sh/capacity-type).
+	// CapacityType (karpenter.sh/capacity-type); default on-demand.
 	// +kubebuilder:validation:Enum=on-demand;spot;reserved
-	// +kubebuilder:default=on-demand
 	// +optional
 	CapacityType string `json:"capacityType,omitempty"`
 	// Price per hour, a decimal string such as "0.0119".
@@ -230,26 +226,11 @@ type TofuNodeClassStatus struct {
 	Hash string `json:"hash,omitempty"`
 }
 
-// Condition types of a TofuNodeClass.
-const (
-	ConditionModuleValid = "ModuleValid"
-	ConditionSpecValid   = "SpecValid"
-	// ConditionJoinPreflight is True when the cluster lets machines join with a bootstrap
-	// token: public cluster-info, bootstrapper RBAC for CSRs and their auto-approval.
-	ConditionJoinPreflight = "JoinPreflight"
-	// ConditionCredentialsReady is True when every Secret in spec.credentials exists and its
-	// keys are environment variable names.
-	ConditionCredentialsReady = "CredentialsReady"
-	// ConditionBackendReady is True when the Secrets the backend and state encryption need
-	// exist and hold usable values.
-	ConditionBackendReady = "BackendReady"
-)
-
-// StatusConditions: Ready is set by the status controller itself, with the reason and message
-// of the first check that fails, so `kubectl get tofunodeclasses` says what is wrong;
-// SpecValid and ModuleValid keep the detail of each check.
+// StatusConditions: Ready is composed of the class's checks (ClassChecks), and the status
+// controller gives it the reason and message of the first check that fails, so `kubectl get
+// tofunodeclasses` says what is wrong.
 func (in *TofuNodeClass) StatusConditions(opts ...status.ForOption) status.ConditionSet {
-	return status.NewReadyConditions().For(in, opts...)
+	return status.NewReadyConditions(classChecks...).For(in, opts...)
 }
 
 func (in *TofuNodeClass) GetConditions() []status.Condition { return in.Status.Conditions }

@@ -11,17 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
-// Reasons a cluster would refuse a join.
-const (
-	ReasonBootstrapRBACMissing   = "BootstrapRBACMissing"
-	ReasonCSRAutoApprovalMissing = "CSRAutoApprovalMissing"
-	ReasonClusterInfoMissing     = "ClusterInfoMissing"
-	ReasonClusterInfoNotPublic   = "ClusterInfoNotPublic"
-)
-
-// PreflightFailure says why a join with a bootstrap token would fail on this cluster.
+// PreflightFailure says why a join with a bootstrap token would fail on this cluster; Reason
+// is one of the JoinPreflight reasons of api/v1alpha1.
 type PreflightFailure struct {
 	Reason  string
 	Message string
@@ -37,7 +32,7 @@ func Preflight(ctx context.Context, c client.Client, reader client.Reader) (*Pre
 	cm := &corev1.ConfigMap{}
 	err := reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}, cm)
 	if apierrors.IsNotFound(err) || (err == nil && cm.Data[bootstrapapi.KubeConfigKey] == "") {
-		return &PreflightFailure{ReasonClusterInfoMissing, "kube-public/cluster-info with a kubeconfig is missing: machines cannot discover the cluster with their token (kubeadm creates it)"}, nil
+		return &PreflightFailure{v1alpha1.ReasonClusterInfoMissing, "kube-public/cluster-info with a kubeconfig is missing: machines cannot discover the cluster with their token (kubeadm creates it)"}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster-info: %w", err)
@@ -54,19 +49,19 @@ func Preflight(ctx context.Context, c client.Client, reader client.Reader) (*Pre
 		{
 			spec:  authorizationv1.SubjectAccessReviewSpec{User: "system:anonymous", Groups: []string{"system:unauthenticated"}},
 			attrs: authorizationv1.ResourceAttributes{Namespace: metav1.NamespacePublic, Verb: "get", Resource: "configmaps", Name: bootstrapapi.ConfigMapClusterInfo},
-			failure: PreflightFailure{ReasonClusterInfoNotPublic,
+			failure: PreflightFailure{v1alpha1.ReasonClusterInfoNotPublic,
 				"anonymous clients may not read kube-public/cluster-info: token discovery would fail (kubeadm's Role kubeadm:bootstrap-signer-clusterinfo grants it)"},
 		},
 		{
 			spec:  bootstrapper,
 			attrs: authorizationv1.ResourceAttributes{Group: certificatesv1.GroupName, Verb: "create", Resource: "certificatesigningrequests"},
-			failure: PreflightFailure{ReasonBootstrapRBACMissing,
+			failure: PreflightFailure{v1alpha1.ReasonBootstrapRBACMissing,
 				"bootstrap tokens (group " + DefaultGroup + ") may not create CertificateSigningRequests: bind ClusterRole system:node-bootstrapper to that group (kubeadm:kubelet-bootstrap)"},
 		},
 		{
 			spec:  bootstrapper,
 			attrs: authorizationv1.ResourceAttributes{Group: certificatesv1.GroupName, Verb: "create", Resource: "certificatesigningrequests", Subresource: "nodeclient"},
-			failure: PreflightFailure{ReasonCSRAutoApprovalMissing,
+			failure: PreflightFailure{v1alpha1.ReasonCSRAutoApprovalMissing,
 				"kubelet CSRs of bootstrap tokens (group " + DefaultGroup + ") would not be approved: bind ClusterRole system:certificates.k8s.io:certificatesigningrequests:nodeclient to that group (kubeadm:node-autoapprove-bootstrap)"},
 		},
 	}

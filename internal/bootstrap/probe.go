@@ -13,10 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// ReasonBootstrapTokenAuthDisabled: the API server does not authenticate bootstrap tokens.
-const ReasonBootstrapTokenAuthDisabled = "BootstrapTokenAuthDisabled"
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
 
 // LabelPreflight marks the short-lived token the authentication probe mints.
 const LabelPreflight = "fulfiller.sh/preflight"
@@ -91,7 +90,7 @@ func (p *TokenAuthProbe) probe(ctx context.Context) (*PreflightFailure, error) {
 		case !apierrors.IsUnauthorized(err):
 			return nil, fmt.Errorf("authenticating with the preflight token: %w", err)
 		case time.Now().After(deadline):
-			return &PreflightFailure{ReasonBootstrapTokenAuthDisabled,
+			return &PreflightFailure{v1alpha1.ReasonBootstrapTokenAuthDisabled,
 				"the API server refuses bootstrap tokens: machines could not join (start kube-apiserver with --enable-bootstrap-token-auth)"}, nil
 		}
 		select {

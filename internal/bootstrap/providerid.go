@@ -15,12 +15,6 @@ type ProviderIDSource struct {
 	Prefix string
 }
 
-// Defaults for Hetzner Cloud (docs.hetzner.cloud "Server Metadata").
-const (
-	DefaultMetadataURL      = "http://169.254.169.254/hetzner/v1/metadata/instance-id"
-	DefaultProviderIDPrefix = "hcloud://"
-)
-
 // InstanceIDPlaceholder stands for the instance ID in the JoinConfiguration until the
 // machine has read it from the metadata service.
 const InstanceIDPlaceholder = "__FULFILLER_INSTANCE_ID__"

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 func hcloudSpec(t *testing.T) JoinSpec {
@@ -20,7 +22,7 @@ func hcloudSpec(t *testing.T) JoinSpec {
 	}
 	return JoinSpec{
 		APIServerEndpoint: "10.0.0.2:6443", Token: tok, CACertHash: "sha256:abcd", NodeName: "node-a",
-		ProviderIDFrom: &ProviderIDSource{URL: DefaultMetadataURL, Prefix: DefaultProviderIDPrefix},
+		ProviderIDFrom: &ProviderIDSource{URL: v1alpha1.DefaultMetadataURL, Prefix: v1alpha1.DefaultProviderIDPrefix},
 		Taints:         []corev1.Taint{{Key: "karpenter.sh/unregistered", Effect: corev1.TaintEffectNoExecute}},
 	}
 }
@@ -60,7 +62,7 @@ func TestProviderIDFromMetadata(t *testing.T) {
 		t.Fatalf("first runcmd = %v", sh)
 	}
 	script := sh[2].(string)
-	for _, want := range []string{"set -eu", "curl -fsS", "'" + DefaultMetadataURL + "'", "sed -i", "kubeadm join --config " + JoinConfigPath} {
+	for _, want := range []string{"set -eu", "curl -fsS", "'" + v1alpha1.DefaultMetadataURL + "'", "sed -i", "kubeadm join --config " + JoinConfigPath} {
 		if !strings.Contains(script, want) {
 			t.Errorf("script lacks %q:\n%s", want, script)
 		}
@@ -75,8 +77,8 @@ func TestProviderIDFromMetadata(t *testing.T) {
 	for _, bad := range []ProviderIDSource{
 		{URL: "file:///etc/id", Prefix: "hcloud://"},
 		{URL: "http://169.254.169.254/x'; rm -rf /'", Prefix: "hcloud://"},
-		{URL: DefaultMetadataURL, Prefix: ""},
-		{URL: DefaultMetadataURL, Prefix: "a|b"},
+		{URL: v1alpha1.DefaultMetadataURL, Prefix: ""},
+		{URL: v1alpha1.DefaultMetadataURL, Prefix: "a|b"},
 	} {
 		spec.ProviderIDFrom = &bad
 		if _, err := RenderUserData(spec); err == nil {

@@ -2,7 +2,6 @@ package claims
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 
@@ -15,33 +14,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// Reasons on a TofuNodeClass (condition BackendReady, and Ready) and on a Fulfillment whose
-// run cannot be built, when the backend's Secrets are not usable.
-const (
-	// ReasonEncryptionKeyMissing: the Secret or key named by spec.backend.encryption.keySecretRef
-	// does not exist.
-	ReasonEncryptionKeyMissing = "EncryptionKeyMissing"
-	// ReasonInvalidEncryptionKey: the passphrase is too short (pbkdf2 needs 16 characters).
-	ReasonInvalidEncryptionKey = "InvalidEncryptionKey"
-	// ReasonBackendSecretMissing: the Secret or key named by spec.backend.pg.connSecretRef
-	// does not exist.
-	ReasonBackendSecretMissing = "BackendSecretMissing"
-	// ReasonInvalidBackend: the backend's settings do not fit together (type pg without pg).
-	ReasonInvalidBackend = "InvalidBackend"
-	// ReasonInvalidBackendSecret: the pg connection string cannot be used as it is (e.g. an
-	// unencoded '#' in its password); the message says what, never the value.
-	ReasonInvalidBackendSecret = "InvalidBackendSecret"
-)
-
-// BackendError is a class's backend that cannot be used as configured; Reason is the
-// condition reason. Messages name Secrets and keys, never their values.
-type BackendError struct {
-	Reason  string
-	Message string
-}
-
-func (e *BackendError) Error() string { return e.Message }
-
 // backendValues are what a class's backend takes from Secrets.
 type backendValues struct {
 	// pgConnStr is the pg backend's connection string.
@@ -51,55 +23,56 @@ type backendValues struct {
 }
 
 // readBackend reads the Secrets (in namespace) that spec refers to and checks their values.
-func readBackend(ctx context.Context, secrets client.Reader, namespace string, spec v1alpha1.Backend) (backendValues, error) {
+func readBackend(ctx context.Context, reader client.Reader, namespace string, spec v1alpha1.Backend) (backendValues, error) {
 	v := backendValues{env: map[string]string{}}
-	switch spec.Type {
-	case "", v1alpha1.BackendKubernetes:
+	switch spec.TypeOrDefault() {
+	case v1alpha1.BackendKubernetes:
 	case v1alpha1.BackendPG:
 		if spec.PG == nil {
-			return v, &BackendError{ReasonInvalidBackend, "backend type pg needs spec.backend.pg"}
+			return v, backendError(v1alpha1.ReasonInvalidBackend, "backend type pg needs spec.backend.pg")
 		}
 		ref := spec.PG.ConnSecretRef
-		conn, err := secretValue(ctx, secrets, namespace, ref, ReasonBackendSecretMissing, "pg connection string")
+		conn, err := secretValue(ctx, reader, namespace, ref, v1alpha1.ReasonBackendSecretMissing, "pg connection string")
 		if err != nil {
 			return v, err
 		}
 		if err := statelock.ValidatePGConnString(conn); err != nil {
-			return v, &BackendError{ReasonInvalidBackendSecret, fmt.Sprintf("pg connection string in secret %s/%s key %s: %v", namespace, ref.Name, ref.Key, err)}
+			return v, backendError(v1alpha1.ReasonInvalidBackendSecret, fmt.Sprintf("pg connection string in secret %s/%s key %s: %v", namespace, ref.Name, ref.Key, err))
 		}
 		v.pgConnStr = conn
 		maps.Copy(v.env, statelock.PGConnEnv(conn))
 	default:
-		return v, &BackendError{ReasonInvalidBackend, fmt.Sprintf("unsupported backend type %q", spec.Type)}
+		return v, backendError(v1alpha1.ReasonInvalidBackend, fmt.Sprintf("unsupported backend type %q", spec.Type))
 	}
 	if enc := spec.Encryption; enc != nil {
-		passphrase, err := secretValue(ctx, secrets, namespace, enc.KeySecretRef, ReasonEncryptionKeyMissing, "state encryption key")
+		passphrase, err := secretValue(ctx, reader, namespace, enc.KeySecretRef, v1alpha1.ReasonEncryptionKeyMissing, "state encryption key")
 		if err != nil {
 			return v, err
 		}
-		env, err := statelock.EncryptionEnv(passphrase, string(enc.Method))
+		env, err := statelock.EncryptionEnv(passphrase, string(enc.MethodOrDefault()))
 		if err != nil {
-			return v, &BackendError{ReasonInvalidEncryptionKey, fmt.Sprintf("state encryption key %s/%s key %s: %v", namespace, enc.KeySecretRef.Name, enc.KeySecretRef.Key, err)}
+			return v, backendError(v1alpha1.ReasonInvalidEncryptionKey, fmt.Sprintf("state encryption key %s/%s key %s: %v", namespace, enc.KeySecretRef.Name, enc.KeySecretRef.Key, err))
 		}
 		maps.Copy(v.env, env)
 	}
 	return v, nil
 }
 
-// secretValue reads one non-empty key of a Secret; a missing Secret or key is a BackendError
+// secretValue reads one non-empty key of a Secret; a missing Secret or key is a
+// ConfigError of BackendReady
 // with reason.
-func secretValue(ctx context.Context, secrets client.Reader, namespace string, ref v1alpha1.SecretKeyRef, reason, what string) (string, error) {
+func secretValue(ctx context.Context, reader client.Reader, namespace string, ref v1alpha1.SecretKeyRef, reason, what string) (string, error) {
 	secret := &corev1.Secret{}
-	err := secrets.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, secret)
+	err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, secret)
 	if apierrors.IsNotFound(err) {
-		return "", &BackendError{reason, fmt.Sprintf("%s: secret %s/%s not found", what, namespace, ref.Name)}
+		return "", backendError(reason, fmt.Sprintf("%s: secret %s/%s not found", what, namespace, ref.Name))
 	}
 	if err != nil {
 		return "", fmt.Errorf("reading secret %s/%s: %w", namespace, ref.Name, err)
 	}
 	value, ok := secret.Data[ref.Key]
 	if !ok || len(value) == 0 {
-		return "", &BackendError{reason, fmt.Sprintf("%s: secret %s/%s has no key %s", what, namespace, ref.Name, ref.Key)}
+		return "", backendError(reason, fmt.Sprintf("%s: secret %s/%s has no key %s", what, namespace, ref.Name, ref.Key))
 	}
 	return string(value), nil
 }
@@ -116,13 +89,13 @@ func backendSpec(s *claimState) v1alpha1.Backend {
 // the environment with the backend's and the encryption's secrets.
 func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (tfrunner.Backend, string, map[string]string, error) {
 	spec := backendSpec(s)
-	values, err := readBackend(ctx, c.secrets, c.opts.Namespace, spec)
+	values, err := readBackend(ctx, c.apiReader, c.opts.Namespace, spec)
 	if err != nil {
 		return tfrunner.Backend{}, "", nil, err
 	}
 	key := statelock.Key(s.f.Spec.StateKey)
-	if spec.Type == v1alpha1.BackendPG {
-		return tfrunner.Backend{Type: string(v1alpha1.BackendPG), Config: statelock.PGBackend(pgSchema(spec))}, string(key), values.env, nil
+	if spec.TypeOrDefault() == v1alpha1.BackendPG {
+		return tfrunner.Backend{Type: string(v1alpha1.BackendPG), Config: statelock.PGBackend(spec.PGSchema())}, string(key), values.env, nil
 	}
 	return tfrunner.Backend{
 		Type:   string(v1alpha1.BackendKubernetes),
@@ -133,26 +106,12 @@ func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (
 // stateStore is where the claim's state is, for lock holders, existence and removal.
 func (c *FulfillmentController) stateStore(ctx context.Context, s *claimState) (statelock.Store, error) {
 	spec := backendSpec(s)
-	if spec.Type != v1alpha1.BackendPG {
-		return statelock.KubernetesStore{Reader: c.secrets, Writer: c.kube, Namespace: c.stateNamespace(s)}, nil
+	if spec.TypeOrDefault() != v1alpha1.BackendPG {
+		return statelock.KubernetesStore{Reader: c.apiReader, Writer: c.kube, Namespace: c.stateNamespace(s)}, nil
 	}
-	values, err := readBackend(ctx, c.secrets, c.opts.Namespace, spec)
+	values, err := readBackend(ctx, c.apiReader, c.opts.Namespace, spec)
 	if err != nil {
 		return nil, err
 	}
-	return statelock.PGStore{ConnStr: values.pgConnStr, Schema: pgSchema(spec)}, nil
-}
-
-func pgSchema(spec v1alpha1.Backend) string {
-	if spec.PG != nil && spec.PG.SchemaName != "" {
-		return spec.PG.SchemaName
-	}
-	return v1alpha1.DefaultPGSchema
-}
-
-// asBackendError returns the BackendError in err's chain.
-func asBackendError(err error) (*BackendError, bool) {
-	var be *BackendError
-	ok := errors.As(err, &be)
-	return be, ok
+	return statelock.PGStore{ConnStr: values.pgConnStr, Schema: spec.PGSchema()}, nil
 }

@@ -37,7 +37,7 @@ func TestRunRequestBackend(t *testing.T) {
 	c := NewFulfillmentController(secrets, secrets, clk, nil, nil, NewUnavailableOfferings(clk, time.Minute),
 		Options{Namespace: "fulfiller", TofuPath: "/bin/tofu", RunEnv: map[string]string{"KUBE_CONFIG_PATH": "/k"}})
 	encryption := &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "passphrase"}}
-	wantEnc, err := statelock.EncryptionEnv(statePassphrase, "")
+	wantEnc, err := statelock.EncryptionEnv(statePassphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +71,10 @@ func TestRunRequestBackend(t *testing.T) {
 			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}}},
 			config:  map[string]string{"schema_name": "fulfiller"},
 			env:     map[string]string{"KUBE_CONFIG_PATH": "/k", "PG_CONN_STR": conn, "HCLOUD_TOKEN": statePassphrase}},
-		{name: "credentials missing", reason: ReasonCredentialsMissing, credentials: []v1alpha1.CredentialsSource{{SecretName: "gone"}}},
-		{name: "encryption key missing", reason: ReasonEncryptionKeyMissing,
+		{name: "credentials missing", reason: v1alpha1.ReasonCredentialsMissing, credentials: []v1alpha1.CredentialsSource{{SecretName: "gone"}}},
+		{name: "encryption key missing", reason: v1alpha1.ReasonEncryptionKeyMissing,
 			backend: v1alpha1.Backend{Encryption: &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "gone", Key: "passphrase"}}}},
-		{name: "pg secret missing", reason: ReasonBackendSecretMissing,
+		{name: "pg secret missing", reason: v1alpha1.ReasonBackendSecretMissing,
 			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "nope"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,19 +85,19 @@ func TestRunRequestBackend(t *testing.T) {
 			s := &claimState{f: f, nc: nc, conds: f.StatusConditions()}
 			req, err := c.request(context.Background(), s, tfrunner.Apply, 1)
 			if tc.reason != "" {
-				be, ok := asBackendError(err)
-				if !ok || be.Reason != tc.reason || strings.Contains(be.Message, statePassphrase) {
+				ce, ok := asConfigError(err)
+				if !ok || ce.Reason != tc.reason || strings.Contains(ce.Message, statePassphrase) {
 					t.Fatalf("error %v, want a BackendError %s", err, tc.reason)
 				}
 				// The apply stage shows the reason and starts nothing.
-				if _, err := (&applyStage{c: c}).startRun(context.Background(), s, 1, true); err != nil {
+				if _, err := c.applyRuns().start(context.Background(), s, 1, true); err != nil {
 					t.Fatal(err)
 				}
 				if cond := s.conds.Get(v1alpha1.ConditionApplied); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {
 					t.Errorf("Applied = %+v, runs %v", cond, f.Status.Runs)
 				}
 				// So does the destroy.
-				if _, err := (&finalizeStage{c: c}).start(context.Background(), s, 1); err != nil {
+				if _, err := c.destroyRuns().start(context.Background(), s, 1, true); err != nil {
 					t.Fatal(err)
 				}
 				if cond := s.conds.Get(v1alpha1.ConditionDestroyed); cond == nil || cond.Reason != tc.reason || len(f.Status.Runs) != 0 {

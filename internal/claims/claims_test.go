@@ -158,40 +158,40 @@ func TestPhase(t *testing.T) {
 		name, want, reason string
 		f                  *v1alpha1.Fulfillment
 	}{
-		{"new", PhasePending, "", mk(false, 0, func(c status.ConditionSet) {})},
-		{"applying", PhaseApplying, "Applying", mk(false, 1, func(c status.ConditionSet) {
+		{"new", v1alpha1.PhasePending, "", mk(false, 0, func(c status.ConditionSet) {})},
+		{"applying", v1alpha1.PhaseApplying, "Applying", mk(false, 1, func(c status.ConditionSet) {
 			c.SetUnknownWithReason(v1alpha1.ConditionApplied, "Applying", "running")
 		})},
-		{"apply failed", PhaseFailed, "InsufficientCapacity", mk(false, 1, func(c status.ConditionSet) {
+		{"apply failed", v1alpha1.PhaseFailed, "InsufficientCapacity", mk(false, 1, func(c status.ConditionSet) {
 			c.SetFalse(v1alpha1.ConditionApplied, "InsufficientCapacity", "sold out")
 		})},
-		{"joining", PhaseJoining, "AwaitingNode", mk(false, 1, func(c status.ConditionSet) {
+		{"joining", v1alpha1.PhaseJoining, "AwaitingNode", mk(false, 1, func(c status.ConditionSet) {
 			c.SetTrue(v1alpha1.ConditionApplied)
 			c.SetUnknownWithReason(v1alpha1.ConditionJoined, "AwaitingNode", "waiting")
 		})},
-		{"join timeout", PhaseFailed, "JoinTimeout", mk(false, 1, func(c status.ConditionSet) {
+		{"join timeout", v1alpha1.PhaseFailed, "JoinTimeout", mk(false, 1, func(c status.ConditionSet) {
 			c.SetTrue(v1alpha1.ConditionApplied)
 			c.SetFalse(v1alpha1.ConditionJoined, "JoinTimeout", "never joined")
 		})},
-		{"gating", PhaseGating, "AwaitingGpu", mk(false, 1, func(c status.ConditionSet) {
+		{"gating", v1alpha1.PhaseGating, "AwaitingGpu", mk(false, 1, func(c status.ConditionSet) {
 			c.SetTrue(v1alpha1.ConditionApplied)
 			c.SetTrue(v1alpha1.ConditionJoined)
 			c.SetTrue(v1alpha1.ConditionCNIReady)
 			c.SetUnknownWithReason(v1alpha1.ConditionGPUReady, "AwaitingGpu", "nvidia.com/gpu allocatable 0 of 1")
 		})},
-		{"gate missed its deadline", PhaseDegraded, ReasonGPUNotRegistered, mk(false, 1, func(c status.ConditionSet) {
+		{"gate missed its deadline", v1alpha1.PhaseDegraded, v1alpha1.ReasonGPUNotRegistered, mk(false, 1, func(c status.ConditionSet) {
 			c.SetTrue(v1alpha1.ConditionApplied)
 			c.SetTrue(v1alpha1.ConditionJoined)
 			c.SetTrue(v1alpha1.ConditionCNIReady)
-			c.SetFalse(v1alpha1.ConditionGPUReady, ReasonGPUNotRegistered, "nvidia.com/gpu allocatable 0 of 1 after 10m")
+			c.SetFalse(v1alpha1.ConditionGPUReady, v1alpha1.ReasonGPUNotRegistered, "nvidia.com/gpu allocatable 0 of 1 after 10m")
 		})},
-		{"ready", PhaseReady, "", mk(false, 1, func(c status.ConditionSet) {
+		{"ready", v1alpha1.PhaseReady, "", mk(false, 1, func(c status.ConditionSet) {
 			for _, t := range []string{v1alpha1.ConditionApplied, v1alpha1.ConditionJoined, v1alpha1.ConditionCNIReady,
 				v1alpha1.ConditionGPUReady, v1alpha1.ConditionGatesReady, v1alpha1.ConditionInitialized} {
 				c.SetTrue(t)
 			}
 		})},
-		{"destroying", PhaseDestroying, "Destroying", mk(true, 1, func(c status.ConditionSet) {
+		{"destroying", v1alpha1.PhaseDestroying, "Destroying", mk(true, 1, func(c status.ConditionSet) {
 			c.SetUnknownWithReason(v1alpha1.ConditionDestroyed, "Destroying", "running")
 		})},
 	} {
@@ -240,7 +240,7 @@ func TestValidateSpec(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid spec accepted")
 	}
-	for _, want := range []string{"small: capacity.memory", "large: offering a/ listed twice", "large: kube-reserved cannot reserve nvidia.com/gpu",
+	for _, want := range []string{"small: capacity.memory", "large: offering a/on-demand listed twice", "large: kube-reserved cannot reserve nvidia.com/gpu",
 		"eviction threshold memory.available", "small: providerIDTemplate and providerIDFrom exclude each other"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)

@@ -94,12 +94,12 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		return nil, fmt.Errorf("reading fulfillment: %w", err)
 	case f.Spec.NodeClaimUID != string(claim.UID):
 		return nil, cloudprovider.NewCreateError(fmt.Errorf("fulfillment %s belongs to another nodeclaim (uid %s)", f.Name, f.Spec.NodeClaimUID),
-			"FulfillmentConflict", "a fulfillment of that name belongs to an earlier nodeclaim and is being destroyed")
+			v1alpha1.ReasonFulfillmentConflict, "a fulfillment of that name belongs to an earlier nodeclaim and is being destroyed")
 	}
 	nt, ok := nc.NodeType(f.Spec.NodeType)
 	if !ok {
 		return nil, cloudprovider.NewCreateError(fmt.Errorf("node type %s is gone from nodeclass %s", f.Spec.NodeType, nc.Name),
-			"NodeTypeNotFound", "the chosen node type is no longer in the nodeclass")
+			v1alpha1.ReasonNodeTypeNotFound, "the chosen node type is no longer in the nodeclass")
 	}
 	providerID := f.Spec.ProviderID
 	if providerID == "" {
@@ -122,7 +122,7 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	}
 	key, err := statelock.KeyFor(claim.Name)
 	if err != nil {
-		return nil, cloudprovider.NewCreateError(err, "InvalidClaimName", err.Error())
+		return nil, cloudprovider.NewCreateError(err, v1alpha1.ReasonInvalidClaimName, err.Error())
 	}
 	f := &v1alpha1.Fulfillment{
 		ObjectMeta: metav1.ObjectMeta{
@@ -172,7 +172,7 @@ func (c *CloudProvider) awaitProviderID(ctx context.Context, f *v1alpha1.Fulfill
 		}
 		if c.clock.Now().After(deadline) {
 			return "", cloudprovider.NewCreateError(errors.New("waiting for the module's provider_id output"),
-				"AwaitingProviderID", "the apply has not reported the machine's provider ID yet")
+				v1alpha1.ReasonAwaitingProviderID, "the apply has not reported the machine's provider ID yet")
 		}
 		select {
 		case <-ctx.Done():
@@ -204,7 +204,7 @@ func nodeLabels(nt *v1alpha1.NodeType, f *v1alpha1.Fulfillment) map[string]strin
 		corev1.LabelInstanceTypeStable: nt.Name,
 		corev1.LabelTopologyZone:       f.Spec.Zone,
 		karpv1.CapacityTypeLabelKey:    f.Spec.CapacityType,
-		corev1.LabelArchStable:         architecture(nt),
+		corev1.LabelArchStable:         nt.ArchitectureOrDefault(),
 		corev1.LabelOSStable:           string(corev1.Linux),
 	}
 	for k, v := range nt.Labels {

@@ -13,27 +13,18 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
-// Reasons on a TofuNodeClass (condition CredentialsReady, and Ready) and on a Fulfillment
-// whose run cannot be built.
-const (
-	// ReasonCredentialsMissing: a Secret named in spec.credentials does not exist.
-	ReasonCredentialsMissing = "CredentialsMissing"
-	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.
-	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
-)
-
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // readCredentials reads the Secrets of a class's spec.credentials into the runs'
-// environment; later Secrets win on equal keys. Errors are BackendErrors whose messages name
+// environment; later Secrets win on equal keys. Errors are ConfigErrors of CredentialsReady whose messages name
 // Secrets and keys, never values.
-func readCredentials(ctx context.Context, secrets client.Reader, namespace string, sources []v1alpha1.CredentialsSource) (map[string]string, error) {
+func readCredentials(ctx context.Context, reader client.Reader, namespace string, sources []v1alpha1.CredentialsSource) (map[string]string, error) {
 	env := map[string]string{}
 	for _, src := range sources {
 		secret := &corev1.Secret{}
-		err := secrets.Get(ctx, client.ObjectKey{Namespace: namespace, Name: src.SecretName}, secret)
+		err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: src.SecretName}, secret)
 		if apierrors.IsNotFound(err) {
-			return nil, &BackendError{ReasonCredentialsMissing, fmt.Sprintf("credentials secret %s/%s not found", namespace, src.SecretName)}
+			return nil, credentialsError(v1alpha1.ReasonCredentialsMissing, fmt.Sprintf("credentials secret %s/%s not found", namespace, src.SecretName))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading secret %s/%s: %w", namespace, src.SecretName, err)
@@ -45,7 +36,7 @@ func readCredentials(ctx context.Context, secrets client.Reader, namespace strin
 		sort.Strings(keys)
 		for _, k := range keys {
 			if !envName.MatchString(k) {
-				return nil, &BackendError{ReasonInvalidCredentialsSecret, fmt.Sprintf("credentials secret %s/%s: key %q is not an environment variable name", namespace, src.SecretName, k)}
+				return nil, credentialsError(v1alpha1.ReasonInvalidCredentialsSecret, fmt.Sprintf("credentials secret %s/%s: key %q is not an environment variable name", namespace, src.SecretName, k))
 			}
 			env[k] = string(secret.Data[k])
 		}

@@ -3,6 +3,7 @@ package claims
 import (
 	"fmt"
 
+	"github.com/awslabs/operatorpkg/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,15 +13,31 @@ import (
 )
 
 // Events are built here only, and published when a condition changes, never per reconcile;
-// the recorder also de-duplicates.
+// the recorder also de-duplicates. Their messages, like the conditions', are bounded by
+// v1alpha1.ShortMessage when they are written.
+
+// shortenMessages bounds the conditions' messages (v1alpha1.ShortMessage).
+func shortenMessages(conds []status.Condition) {
+	for i := range conds {
+		conds[i].Message = v1alpha1.ShortMessage(conds[i].Message)
+	}
+}
+
+// shortenEventMessages bounds the events' messages (v1alpha1.ShortMessage).
+func shortenEventMessages(evts []events.Event) []events.Event {
+	for i := range evts {
+		evts[i].Message = v1alpha1.ShortMessage(evts[i].Message)
+	}
+	return evts
+}
 
 func applyStartedEvent(obj runtime.Object, run string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "ApplyStarted",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonApplyStarted,
 		Message: "tofu apply started: " + run, DedupeValues: []string{run}}
 }
 
 func appliedEvent(obj runtime.Object, providerID string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "Applied",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonApplied,
 		Message: "machine created: " + providerID, DedupeValues: []string{providerID}}
 }
 
@@ -30,12 +47,12 @@ func runFailedEvent(obj runtime.Object, run, class, message string) events.Event
 }
 
 func joinedEvent(obj runtime.Object, node string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "Joined",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonJoined,
 		Message: "node " + node + " registered; bootstrap token revoked", DedupeValues: []string{node}}
 }
 
 func joinTimeoutEvent(obj runtime.Object, message string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: ReasonJoinTimeout,
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonJoinTimeout,
 		Message: message}
 }
 
@@ -71,12 +88,12 @@ func objectKey(obj runtime.Object) string {
 }
 
 func applyOverdueEvent(obj runtime.Object, message string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: ReasonApplyOverdue,
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonApplyOverdue,
 		Message: message, DedupeValues: []string{objectKey(obj)}}
 }
 
 func destroyedEvent(obj runtime.Object) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: "Destroyed",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonDestroyed,
 		Message: "machine destroyed and state removed"}
 }
 
@@ -89,6 +106,6 @@ func nodeClassEvent(obj runtime.Object, ready bool, reason, message string) even
 }
 
 func staleLockRecoveredEvent(obj runtime.Object, lockID, detail string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: "StaleLockRecovered",
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonStaleLockRecovered,
 		Message: "released state lock " + lockID + ": " + detail, DedupeValues: []string{lockID}}
 }

@@ -56,7 +56,7 @@ func TestApplyFailureCondition(t *testing.T) {
 					ErrorClass: string(class), Message: "the message of the run"})
 			}
 			run := &f.Status.Runs[len(f.Status.Runs)-1]
-			if _, err := (&applyStage{c: c}).failed(context.Background(), s, run); err != nil {
+			if _, err := c.applyRuns().failed(context.Background(), s, run); err != nil {
 				t.Fatal(err)
 			}
 			want := decideApplyFailure(class)

@@ -42,16 +42,22 @@ type Options struct {
 	MaxApplyAttempts int
 	// RetryBackoff is the first wait before a retried run; it doubles per attempt.
 	RetryBackoff time.Duration
+	// DestroyDeadline bounds a destroy run (default DefaultDestroyDeadline), as a node type's
+	// deadlines.apply bounds its applies: the runner interrupts tofu at it.
+	DestroyDeadline time.Duration
 }
+
+// DefaultDestroyDeadline bounds a destroy when Options set none (FULFILLER_DESTROY_DEADLINE).
+const DefaultDestroyDeadline = 30 * time.Minute
 
 // FulfillmentController drives one claim from decision to a Ready node, and from deletion to a
 // destroyed machine with its state removed. Each stage is a small type in its own file that
 // returns early once its condition is settled; status is written once per reconcile.
 type FulfillmentController struct {
 	kube client.Client
-	// secrets reads Secrets and ConfigMaps from the API server: they are not cached, and a
-	// Secret this controller just created must be readable at once.
-	secrets     client.Reader
+	// apiReader reads from the API server, uncached: Secrets and ConfigMaps are not in the
+	// cache, and a Secret this controller just created must be readable at once.
+	apiReader   client.Reader
 	clock       clock.Clock
 	recorder    events.Recorder
 	executor    tfrunner.Executor
@@ -59,14 +65,17 @@ type FulfillmentController struct {
 	opts        Options
 }
 
-func NewFulfillmentController(kube client.Client, secrets client.Reader, clk clock.Clock, recorder events.Recorder, executor tfrunner.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
+func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk clock.Clock, recorder events.Recorder, executor tfrunner.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
 	if opts.MaxApplyAttempts == 0 {
 		opts.MaxApplyAttempts = 3
 	}
 	if opts.RetryBackoff == 0 {
 		opts.RetryBackoff = 5 * time.Second
 	}
-	return &FulfillmentController{kube: kube, secrets: secrets, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts}
+	if opts.DestroyDeadline == 0 {
+		opts.DestroyDeadline = DefaultDestroyDeadline
+	}
+	return &FulfillmentController{kube: kube, apiReader: apiReader, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts}
 }
 
 // claimState is what the stages share in one reconcile.
@@ -168,6 +177,7 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 		}
 		result = mergeResults(result, r)
 	}
+	shortenMessages(s.f.Status.Conditions)
 	s.f.Status.Phase, s.f.Status.Reason, s.f.Status.Message = phase(s.f)
 	if !equality.Semantic.DeepEqual(orig.Status, s.f.Status) {
 		// Optimistic lock: a reconcile that worked from a stale copy must not overwrite what
@@ -181,7 +191,7 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 		case err != nil:
 			errs = append(errs, fmt.Errorf("writing status: %w", err))
 		default:
-			c.recorder.Publish(s.events...)
+			c.recorder.Publish(shortenEventMessages(s.events)...)
 			for _, fn := range s.afterWrite {
 				fn()
 			}

@@ -12,24 +12,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
-// Default deadlines of a node type's stages.
-const (
-	DefaultApplyDeadline  = 4 * time.Minute
-	DefaultCNIDeadline    = 5 * time.Minute
-	DefaultGPUDeadline    = 10 * time.Minute
-	DefaultCustomDeadline = 10 * time.Minute
-)
-
-// Reasons of the readiness gate conditions of a Fulfillment.
-const (
-	ReasonCNINotReady       = "CNINotReady"
-	ReasonGPUNotRegistered  = "GPUNotRegistered"
-	ReasonGPUNotValidated   = "GPUNotValidated"
-	ReasonCustomGateNotMet  = "CustomGateNotMet"
-	ReasonGateOpen          = "GateOpen"
-	ReasonGateNotApplicable = "NotApplicable"
-)
-
 // Gate kinds, also the `gate` label of the metrics.
 const (
 	gateCNI    = "cni"
@@ -45,9 +27,10 @@ type gate struct {
 	taint     string
 	condition string
 	deadline  time.Duration
-	// failReason is the condition's reason once the deadline passed.
-	failReason string
-	custom     *v1alpha1.CustomGate
+	// waitReason is the condition's reason while the gate waits within its deadline;
+	// failReason once the deadline passed.
+	waitReason, failReason string
+	custom                 *v1alpha1.CustomGate
 }
 
 // gatesFor lists the readiness gates of a node type, in the order their conditions roll up.
@@ -56,16 +39,16 @@ func gatesFor(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) []gate {
 	r := &nc.Spec.Readiness
 	if !r.CNI.Disabled {
 		out = append(out, gate{kind: gateCNI, name: gateCNI, taint: v1alpha1.TaintCNI, condition: v1alpha1.ConditionCNIReady,
-			deadline: orDefault(nt.Deadlines.CNI, DefaultCNIDeadline), failReason: ReasonCNINotReady})
+			deadline: nt.CNIDeadline(), waitReason: v1alpha1.ReasonAwaitingCNI, failReason: v1alpha1.ReasonCNINotReady})
 	}
 	if !r.GPU.Disabled && len(gpuResources(nt)) > 0 {
 		out = append(out, gate{kind: gateGPU, name: gateGPU, taint: v1alpha1.TaintGPU, condition: v1alpha1.ConditionGPUReady,
-			deadline: orDefault(nt.Deadlines.GPU, DefaultGPUDeadline), failReason: ReasonGPUNotRegistered})
+			deadline: nt.GPUDeadline(), waitReason: v1alpha1.ReasonAwaitingGPU, failReason: v1alpha1.ReasonGPUNotRegistered})
 	}
 	for i := range r.Custom {
 		c := &r.Custom[i]
 		out = append(out, gate{kind: gateCustom, name: c.Name, taint: v1alpha1.TaintCustomPrefix + c.Name, condition: v1alpha1.ConditionGatesReady,
-			deadline: orDefault(nt.Deadlines.Custom, DefaultCustomDeadline), failReason: ReasonCustomGateNotMet, custom: c})
+			deadline: nt.CustomDeadline(), waitReason: v1alpha1.ReasonAwaitingCustom, failReason: v1alpha1.ReasonCustomGateNotMet, custom: c})
 	}
 	return out
 }
@@ -92,13 +75,6 @@ func gpuResources(nt *v1alpha1.NodeType) corev1.ResourceList {
 		out[name] = q
 	}
 	return out
-}
-
-func orDefault(d *metav1.Duration, def time.Duration) time.Duration {
-	if d != nil && d.Duration > 0 {
-		return d.Duration
-	}
-	return def
 }
 
 // gateObservation is what was read about one gate's check.
@@ -146,7 +122,7 @@ func checkGPU(node *corev1.Node, want corev1.ResourceList, validator *v1alpha1.L
 		}
 	}
 	if validator != nil && !labelMatches(node, validator) {
-		return gateObservation{reason: ReasonGPUNotValidated, detail: "validator label " + labelString(validator) + " missing"}
+		return gateObservation{reason: v1alpha1.ReasonGPUNotValidated, detail: "validator label " + labelString(validator) + " missing"}
 	}
 	return gateObservation{passed: true}
 }
@@ -155,10 +131,7 @@ func checkGPU(node *corev1.Node, want corev1.ResourceList, validator *v1alpha1.L
 func checkCustom(node *corev1.Node, g *v1alpha1.CustomGate) gateObservation {
 	switch {
 	case g.NodeCondition != nil:
-		want := corev1.ConditionStatus(g.NodeCondition.Status)
-		if want == "" {
-			want = corev1.ConditionTrue
-		}
+		want := corev1.ConditionStatus(g.NodeCondition.StatusOrDefault())
 		c := nodeCondition(node, corev1.NodeConditionType(g.NodeCondition.Type))
 		if c == nil {
 			return gateObservation{detail: fmt.Sprintf("gate %s: node has no %s condition", g.Name, g.NodeCondition.Type)}
@@ -190,10 +163,10 @@ type gateDecision struct {
 // decideGate decides a gate from its observation and how long the node has been registered.
 func decideGate(g gate, obs gateObservation, waited time.Duration) gateDecision {
 	if obs.passed {
-		return gateDecision{open: true, status: metav1.ConditionTrue, reason: ReasonGateOpen, message: g.name + " gate open after " + shortDuration(waited)}
+		return gateDecision{open: true, status: metav1.ConditionTrue, reason: v1alpha1.ReasonGateOpen, message: g.name + " gate open after " + shortDuration(waited)}
 	}
 	if waited < g.deadline {
-		return gateDecision{status: metav1.ConditionUnknown, reason: "Awaiting" + strings.ToUpper(g.kind[:1]) + g.kind[1:],
+		return gateDecision{status: metav1.ConditionUnknown, reason: g.waitReason,
 			message: obs.detail, requeue: min(5*time.Second, g.deadline-waited)}
 	}
 	reason := g.failReason
@@ -225,7 +198,7 @@ func rollUp(ds []gateDecision) gateDecision {
 	for _, d := range ds {
 		msgs = append(msgs, d.message)
 	}
-	return gateDecision{open: true, status: metav1.ConditionTrue, reason: ReasonGateOpen, message: strings.Join(msgs, "; ")}
+	return gateDecision{open: true, status: metav1.ConditionTrue, reason: v1alpha1.ReasonGateOpen, message: strings.Join(msgs, "; ")}
 }
 
 // staleGateTaints are our readiness taints on the node that no declared gate owns (a gate
@@ -292,8 +265,7 @@ func shortDuration(d time.Duration) string {
 // registrationFit checks that a node type's apply deadline and join timeout fit Karpenter's
 // fixed registration window; a type that does not is offered but not launchable.
 func registrationFit(nt *v1alpha1.NodeType) (bool, string) {
-	apply := orDefault(nt.Deadlines.Apply, DefaultApplyDeadline)
-	join := orDefault(nt.JoinTimeout, DefaultJoinTimeout)
+	apply, join := nt.ApplyDeadline(), nt.JoinTimeoutOrDefault()
 	if apply+join <= registrationWindow {
 		return true, ""
 	}

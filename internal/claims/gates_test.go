@@ -136,7 +136,7 @@ func TestGateChecks(t *testing.T) {
 
 func TestDecideGate(t *testing.T) {
 	g := gatesFor(testClass(), new(gpuType()))[1]
-	if g.kind != gateGPU || g.deadline != DefaultGPUDeadline {
+	if g.kind != gateGPU || g.deadline != v1alpha1.DefaultGPUDeadline {
 		t.Fatalf("gate %+v", g)
 	}
 	missing := gateObservation{detail: "nvidia.com/gpu allocatable 0 of 1"}
@@ -148,11 +148,11 @@ func TestDecideGate(t *testing.T) {
 		reason  string
 		message string
 	}{
-		{"passed", gateObservation{passed: true}, 42 * time.Second, metav1.ConditionTrue, ReasonGateOpen, "gpu gate open after 42s"},
+		{"passed", gateObservation{passed: true}, 42 * time.Second, metav1.ConditionTrue, v1alpha1.ReasonGateOpen, "gpu gate open after 42s"},
 		{"waiting", missing, time.Minute, metav1.ConditionUnknown, "AwaitingGpu", "nvidia.com/gpu allocatable 0 of 1"},
-		{"deadline passed", missing, 10 * time.Minute, metav1.ConditionFalse, ReasonGPUNotRegistered, "nvidia.com/gpu allocatable 0 of 1 after 10m"},
-		{"validator missing", gateObservation{reason: ReasonGPUNotValidated, detail: "validator label x missing"}, time.Hour,
-			metav1.ConditionFalse, ReasonGPUNotValidated, "validator label x missing after 10m"},
+		{"deadline passed", missing, 10 * time.Minute, metav1.ConditionFalse, v1alpha1.ReasonGPUNotRegistered, "nvidia.com/gpu allocatable 0 of 1 after 10m"},
+		{"validator missing", gateObservation{reason: v1alpha1.ReasonGPUNotValidated, detail: "validator label x missing"}, time.Hour,
+			metav1.ConditionFalse, v1alpha1.ReasonGPUNotValidated, "validator label x missing after 10m"},
 	} {
 		d := decideGate(g, tc.obs, tc.waited)
 		if d.status != tc.status || d.reason != tc.reason || d.message != tc.message || d.open != tc.obs.passed {
@@ -164,7 +164,7 @@ func TestDecideGate(t *testing.T) {
 	}
 	open := gateDecision{status: metav1.ConditionTrue, open: true, message: "a"}
 	wait := gateDecision{status: metav1.ConditionUnknown, reason: "AwaitingCustom"}
-	late := gateDecision{status: metav1.ConditionFalse, reason: ReasonCustomGateNotMet}
+	late := gateDecision{status: metav1.ConditionFalse, reason: v1alpha1.ReasonCustomGateNotMet}
 	if d := rollUp([]gateDecision{open, wait, late}); d.status != metav1.ConditionFalse {
 		t.Errorf("rollUp with a late gate: %+v", d)
 	}
@@ -285,7 +285,7 @@ func TestGateStagePolicies(t *testing.T) {
 			if c := s.conds.Get(v1alpha1.ConditionGPUReady); !c.IsUnknown() || c.Reason != "AwaitingGpu" {
 				t.Errorf("GPUReady within the deadline = %+v", c)
 			}
-			if c := s.conds.Get(v1alpha1.ConditionGatesReady); !c.IsTrue() || c.Reason != ReasonGateNotApplicable {
+			if c := s.conds.Get(v1alpha1.ConditionGatesReady); !c.IsTrue() || c.Reason != v1alpha1.ReasonGateNotApplicable {
 				t.Errorf("GatesReady without custom gates = %+v", c)
 			}
 			assertTaints(t, kube, n.Name, v1alpha1.TaintGPU, "example.com/dedicated")
@@ -293,10 +293,10 @@ func TestGateStagePolicies(t *testing.T) {
 			clk.Step(25 * time.Second)
 			run()
 			c := s.conds.Get(v1alpha1.ConditionGPUReady)
-			if !c.IsFalse() || c.Reason != ReasonGPUNotRegistered || c.Message != "nvidia.com/gpu allocatable 0 of 1 after 30s" {
+			if !c.IsFalse() || c.Reason != v1alpha1.ReasonGPUNotRegistered || c.Message != "nvidia.com/gpu allocatable 0 of 1 after 30s" {
 				t.Errorf("GPUReady after the deadline = %+v", c)
 			}
-			if len(s.events) != 2 || s.events[0].Reason != ReasonGPUNotRegistered || s.events[1].InvolvedObject != s.claim {
+			if len(s.events) != 2 || s.events[0].Reason != v1alpha1.ReasonGPUNotRegistered || s.events[1].InvolvedObject != s.claim {
 				t.Errorf("events %+v, want one on the fulfillment and one on the nodeclaim", s.events)
 			}
 			if got := testutil.ToFloat64(counter) - before; got != 1 {
@@ -360,11 +360,11 @@ func TestApplyOverdue(t *testing.T) {
 	f.Status.Stages.ApplyStarted = &started
 	s := &claimState{f: f, nc: nc, nt: nt}
 	s.conds = f.StatusConditions(status.WithClock(clk))
-	a := &applyStage{&FulfillmentController{clock: clk}}
+	a := &FulfillmentController{clock: clk}
 	run := &v1alpha1.Run{Name: "c-apply-1"}
 	clk.Step(30 * time.Second)
 	a.reportOverdue(s, run)
-	if c := s.conds.Get(v1alpha1.ConditionApplied); c.Reason == ReasonApplyOverdue || len(s.events) != 0 {
+	if c := s.conds.Get(v1alpha1.ConditionApplied); c.Reason == v1alpha1.ReasonApplyOverdue || len(s.events) != 0 {
 		t.Fatalf("reported overdue within the deadline: %+v", c)
 	}
 	for range 2 {
@@ -372,7 +372,7 @@ func TestApplyOverdue(t *testing.T) {
 		a.reportOverdue(s, run)
 	}
 	c := s.conds.Get(v1alpha1.ConditionApplied)
-	if !c.IsUnknown() || c.Reason != ReasonApplyOverdue || c.Message != "c-apply-1: still running after the node type's apply deadline of 1m" {
+	if !c.IsUnknown() || c.Reason != v1alpha1.ReasonApplyOverdue || c.Message != "c-apply-1: still running after the node type's apply deadline of 1m" {
 		t.Errorf("Applied = %+v", c)
 	}
 	if len(s.events) != 1 {

@@ -25,14 +25,14 @@ const orphanGracePeriod = time.Minute
 // gone: a token must never outlive the claim it was minted for.
 type OrphanCollector struct {
 	kube      client.Client
-	secrets   client.Reader
+	apiReader client.Reader
 	clock     clock.Clock
 	namespace string
 	interval  time.Duration
 }
 
-func NewOrphanCollector(kube client.Client, secrets client.Reader, clk clock.Clock, namespace string, interval time.Duration) *OrphanCollector {
-	return &OrphanCollector{kube: kube, secrets: secrets, clock: clk, namespace: namespace, interval: interval}
+func NewOrphanCollector(kube client.Client, apiReader client.Reader, clk clock.Clock, namespace string, interval time.Duration) *OrphanCollector {
+	return &OrphanCollector{kube: kube, apiReader: apiReader, clock: clk, namespace: namespace, interval: interval}
 }
 
 // Register runs the collector on the leader, every interval.
@@ -65,7 +65,7 @@ func (o *OrphanCollector) Collect(ctx context.Context) error {
 		{o.namespace, userDataLabels(), corev1.SecretTypeOpaque},
 	} {
 		list := &corev1.SecretList{}
-		if err := o.secrets.List(ctx, list, client.InNamespace(kind.namespace), kind.labels, client.HasLabels{LabelNodeClaim}); err != nil {
+		if err := o.apiReader.List(ctx, list, client.InNamespace(kind.namespace), kind.labels, client.HasLabels{LabelNodeClaim}); err != nil {
 			return fmt.Errorf("listing claim secrets in %s: %w", kind.namespace, err)
 		}
 		for i := range list.Items {
@@ -73,7 +73,7 @@ func (o *OrphanCollector) Collect(ctx context.Context) error {
 			if secret.Type != kind.typ || o.clock.Since(secret.CreationTimestamp.Time) < orphanGracePeriod {
 				continue
 			}
-			err := o.secrets.Get(ctx, client.ObjectKey{Name: secret.Labels[LabelNodeClaim]}, &v1alpha1.Fulfillment{})
+			err := o.apiReader.Get(ctx, client.ObjectKey{Name: secret.Labels[LabelNodeClaim]}, &v1alpha1.Fulfillment{})
 			if !apierrors.IsNotFound(err) {
 				if err != nil {
 					return fmt.Errorf("reading fulfillment: %w", err)

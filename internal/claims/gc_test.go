@@ -31,7 +31,7 @@ func TestCollectorDeletesOnlyItsOwnSecrets(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "gone-notes", Labels: map[string]string{LabelNodeClaim: "gone"}},
 			Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"k": []byte("v")}},
 	}
-	ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
+	ca := clusterCA(t)
 	builder := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).
 		WithIndex(&corev1.Secret{}, "type", func(o client.Object) []string { return []string{string(o.(*corev1.Secret).Type)} })
 	for _, s := range foreign {
@@ -39,7 +39,7 @@ func TestCollectorDeletesOnlyItsOwnSecrets(t *testing.T) {
 	}
 	kube := builder.Build()
 	// The fulfiller's own token and user data for claim "gone", as the bootstrap stage makes them.
-	ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+	ctrl := &FulfillmentController{kube: kube, apiReader: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
 		unavailable: NewUnavailableOfferings(clk, time.Minute)}
 	for _, claim := range []string{"gone"} {
 		nc := testClass()

@@ -39,7 +39,7 @@ func instanceType(nt *v1alpha1.NodeType, unavailable *UnavailableOfferings) (*cl
 		if err != nil {
 			return nil, fmt.Errorf("offering %s: price %q: %w", o.Zone, o.Price, err)
 		}
-		ct := capacityType(o)
+		ct := o.CapacityTypeOrDefault()
 		zones, capacityTypes = appendUnique(zones, o.Zone), appendUnique(capacityTypes, ct)
 		offerings = append(offerings, &cloudprovider.Offering{
 			Requirements: scheduling.NewRequirements(
@@ -52,7 +52,7 @@ func instanceType(nt *v1alpha1.NodeType, unavailable *UnavailableOfferings) (*cl
 	}
 	reqs := scheduling.NewRequirements(
 		scheduling.NewRequirement(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, nt.Name),
-		scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, architecture(nt)),
+		scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, nt.ArchitectureOrDefault()),
 		scheduling.NewRequirement(corev1.LabelOSStable, corev1.NodeSelectorOpIn, string(corev1.Linux)),
 		scheduling.NewRequirement(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, zones...),
 		scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, capacityTypes...),
@@ -84,20 +84,6 @@ func capacity(nt *v1alpha1.NodeType) corev1.ResourceList {
 		c[corev1.ResourcePods] = resourcePods110.DeepCopy()
 	}
 	return c
-}
-
-func capacityType(o v1alpha1.Offering) string {
-	if o.CapacityType == "" {
-		return karpv1.CapacityTypeOnDemand
-	}
-	return o.CapacityType
-}
-
-func architecture(nt *v1alpha1.NodeType) string {
-	if nt.Architecture == "" {
-		return karpv1.ArchitectureAmd64
-	}
-	return nt.Architecture
 }
 
 func appendUnique(list []string, v string) []string {

@@ -14,9 +14,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// ReasonStateLocked is the reason of a run that waits for its claim's state lock.
-const ReasonStateLocked = "StateLocked"
-
 // lockVerdict is what a run about to start does about its claim's state lock.
 type lockVerdict int
 
@@ -58,11 +55,11 @@ func lockBlocked(holder *statelock.Holder, a tfrunner.Attribution, v lockVerdict
 // holds it since when, and the run waits. Only the kubernetes backend's locks outlive their
 // holder; other backends' are released when the session that took them ends.
 func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimState) (string, error) {
-	if s.nc != nil && s.nc.Spec.Backend.Type != "" && s.nc.Spec.Backend.Type != v1alpha1.BackendKubernetes {
+	if backendSpec(s).TypeOrDefault() != v1alpha1.BackendKubernetes {
 		return "", nil
 	}
 	ns, key := c.stateNamespace(s), statelock.Key(s.f.Spec.StateKey)
-	holder, err := statelock.LockHolder(ctx, c.secrets, ns, key)
+	holder, err := statelock.LockHolder(ctx, c.apiReader, ns, key)
 	if err != nil || holder == nil {
 		s.f.Status.LockHolder = nil
 		return "", err
@@ -79,7 +76,7 @@ func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimStat
 	}
 	v := judgeLock(holder, a)
 	if v == lockStale {
-		switch err := statelock.ReleaseStale(ctx, c.secrets, c.kube, ns, key, holder); {
+		switch err := statelock.ReleaseStale(ctx, c.apiReader, c.kube, ns, key, holder); {
 		case errors.Is(err, statelock.ErrLockChanged):
 			return "state lock changed hands while being recovered", nil
 		case err != nil:

@@ -29,16 +29,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// Reasons on a TofuNodeClass.
-const (
-	ReasonInvalidSpec    = "InvalidSpec"
-	ReasonModuleNotFound = "ModuleNotFound"
-	ReasonInvalidModule  = "InvalidModule"
-	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
-	// Karpenter's 15 minutes.
-	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"
-)
-
 // NodeClassController keeps a TofuNodeClass's Ready condition true only while the class can
 // launch nodes: a valid spec and a module that keeps the module contract, checked statically
 // so that a broken module is a condition here, not a failed node at 3 a.m.
@@ -48,8 +38,9 @@ type NodeClassController struct {
 	recorder events.Recorder
 	// preflight checks that the cluster lets machines join (bootstrap.Preflight).
 	preflight func(context.Context) (*bootstrap.PreflightFailure, error)
-	// secrets reads (uncached) the backend's Secrets in secretNamespace, the fulfiller's.
-	secrets         client.Reader
+	// apiReader reads from the API server, uncached: the Secrets of the class's backend and
+	// credentials, in secretNamespace (the fulfiller's).
+	apiReader       client.Reader
 	secretNamespace string
 }
 
@@ -62,7 +53,7 @@ const (
 
 // NewNodeClassController builds the controller; reader reads uncached (cluster-info).
 func NewNodeClassController(kube client.Client, reader client.Reader, clk clock.Clock, recorder events.Recorder) *NodeClassController {
-	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, secrets: reader, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
+	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, apiReader: reader, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
 		return bootstrap.Preflight(ctx, kube, reader)
 	}}
 }
@@ -96,74 +87,106 @@ func (c *NodeClassController) Register(_ context.Context, m manager.Manager) err
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
 }
 
+// classCheck is one check of a class: the condition it sets, and what decides it. Ready is
+// composed of the checks, in order; a family's check (its credentials, its catalogue) joins
+// the list with its own condition.
+type classCheck struct {
+	condition string
+	check     func(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error)
+}
+
+// verdict is what one check found: passed, or failed with a reason and a message that say
+// what is wrong.
+type verdict struct {
+	passed          bool
+	reason, message string
+}
+
+var passed = verdict{passed: true}
+
+func failedCheck(reason string, err error) verdict {
+	return verdict{reason: reason, message: err.Error()}
+}
+
+// checks are the class's checks, in the order of v1alpha1.ClassChecks.
+func (c *NodeClassController) checks() []classCheck {
+	return []classCheck{
+		{v1alpha1.ConditionSpecValid, func(_ context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
+			if err := validateSpec(&nc.Spec); err != nil {
+				return failedCheck(v1alpha1.ReasonInvalidSpec, err), nil
+			}
+			return passed, nil
+		}},
+		{v1alpha1.ConditionModuleValid, func(_ context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
+			if reason, err := checkModule(nc.Spec.Module.Source); err != nil {
+				return failedCheck(reason, err), nil
+			}
+			return passed, nil
+		}},
+		{v1alpha1.ConditionBackendReady, func(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
+			_, err := readBackend(ctx, c.apiReader, c.secretNamespace, nc.Spec.Backend)
+			return configVerdict(err)
+		}},
+		{v1alpha1.ConditionCredentialsReady, func(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
+			_, err := readCredentials(ctx, c.apiReader, c.secretNamespace, nc.Spec.Credentials)
+			return configVerdict(err)
+		}},
+		{v1alpha1.ConditionJoinPreflight, func(ctx context.Context, _ *v1alpha1.TofuNodeClass) (verdict, error) {
+			failure, err := c.preflight(ctx)
+			switch {
+			case err != nil:
+				return verdict{}, err
+			case failure != nil:
+				return verdict{reason: failure.Reason, message: failure.Message}, nil
+			}
+			return passed, nil
+		}},
+		{v1alpha1.ConditionNodeTypesLaunchable, func(_ context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
+			if misfits, launchable := registrationWindowCheck(&nc.Spec); launchable == 0 {
+				return verdict{reason: v1alpha1.ReasonExceedsRegistrationWindow, message: misfitMessage(misfits)}, nil
+			}
+			return verdict{passed: true, reason: v1alpha1.ReasonLaunchable}, nil
+		}},
+	}
+}
+
+// configVerdict is the verdict of reading the class's Secrets: a ConfigError fails the check
+// with its reason, another error is the reconcile's.
+func configVerdict(err error) (verdict, error) {
+	if err == nil {
+		return passed, nil
+	}
+	if ce, ok := asConfigError(err); ok {
+		return verdict{reason: ce.Reason, message: ce.Message}, nil
+	}
+	return verdict{}, err
+}
+
 func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNodeClass) (reconcile.Result, error) {
 	updated := nc.DeepCopy()
 	conds := updated.StatusConditions(status.WithClock(c.clock))
-	var notReady []string // reason, message of the first failed check
-	if err := validateSpec(&nc.Spec); err != nil {
-		conds.SetFalse(v1alpha1.ConditionSpecValid, ReasonInvalidSpec, err.Error())
-		notReady = []string{ReasonInvalidSpec, err.Error()}
+	checks := c.checks()
+	order := make([]string, 0, len(checks))
+	for _, chk := range checks {
+		v, err := chk.check(ctx, nc)
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("checking %s: %w", chk.condition, err)
+		}
+		setVerdict(conds, chk.condition, v)
+		order = append(order, chk.condition)
+	}
+	// A warning only: a type that cannot register in time is not launchable, but the others
+	// are (NodeTypesLaunchable says when none is).
+	if misfits, _ := registrationWindowCheck(&nc.Spec); len(misfits) > 0 {
+		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonExceedsRegistrationWindow, misfitMessage(misfits))
 	} else {
-		conds.SetTrue(v1alpha1.ConditionSpecValid)
+		conds.SetTrueWithReason(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonFits, "every node type's apply deadline and join timeout fit the registration window")
 	}
-	if reason, err := checkModule(nc.Spec.Module.Source); err != nil {
-		conds.SetFalse(v1alpha1.ConditionModuleValid, reason, err.Error())
-		if notReady == nil {
-			notReady = []string{reason, err.Error()}
-		}
-	} else {
-		conds.SetTrue(v1alpha1.ConditionModuleValid)
-	}
-	_, backendErr := readBackend(ctx, c.secrets, c.secretNamespace, nc.Spec.Backend)
-	_, credentialsErr := readCredentials(ctx, c.secrets, c.secretNamespace, nc.Spec.Credentials)
-	for _, chk := range []struct {
-		condition, what string
-		err             error
-	}{
-		{v1alpha1.ConditionBackendReady, "backend", backendErr},
-		{v1alpha1.ConditionCredentialsReady, "credentials", credentialsErr},
-	} {
-		if chk.err == nil {
-			conds.SetTrue(chk.condition)
-			continue
-		}
-		be, ok := asBackendError(chk.err)
-		if !ok {
-			return reconcile.Result{}, fmt.Errorf("checking %s: %w", chk.what, chk.err)
-		}
-		conds.SetFalse(chk.condition, be.Reason, be.Message)
-		if notReady == nil {
-			notReady = []string{be.Reason, be.Message}
-		}
-	}
-	failure, err := c.preflight(ctx)
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("join preflight: %w", err)
-	}
-	if failure != nil {
-		conds.SetFalse(v1alpha1.ConditionJoinPreflight, failure.Reason, failure.Message)
-		if notReady == nil {
-			notReady = []string{failure.Reason, failure.Message}
-		}
-	} else {
-		conds.SetTrue(v1alpha1.ConditionJoinPreflight)
-	}
-	if misfits, launchable := registrationWindowCheck(&nc.Spec); len(misfits) > 0 {
-		msg := fmt.Sprintf("node types %s cannot register within Karpenter's %s registration window; they are not launchable",
-			strings.Join(misfits, ", "), shortDuration(registrationWindow))
-		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, ReasonExceedsRegistrationWindow, msg)
-		if launchable == 0 && notReady == nil {
-			notReady = []string{ReasonExceedsRegistrationWindow, msg}
-		}
-	} else {
-		conds.SetTrueWithReason(v1alpha1.ConditionRegistrationWindow, "Fits", "every node type's apply deadline and join timeout fit the registration window")
-	}
+	shortenMessages(updated.Status.Conditions)
+	ready := composeReady(conds, order)
 	recheck := readyRecheck
-	if notReady != nil {
-		conds.SetFalse(status.ConditionReady, notReady[0], notReady[1])
+	if !ready.IsTrue() {
 		recheck = notReadyRecheck
-	} else {
-		conds.SetTrue(status.ConditionReady)
 	}
 	updated.Status.NodeTypeCount = len(nc.Spec.NodeTypes)
 	if equality.Semantic.DeepEqual(nc.Status, updated.Status) {
@@ -175,11 +198,46 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 		}
 		return reconcile.Result{}, fmt.Errorf("writing nodeclass status: %w", err)
 	}
-	before, after := nc.StatusConditions().Root(), conds.Root()
-	if before == nil || before.Status != after.Status || before.Reason != after.Reason {
-		c.recorder.Publish(nodeClassEvent(updated, after.IsTrue(), after.Reason, after.Message))
+	if before := nc.StatusConditions().Root(); before == nil || before.Status != ready.Status || before.Reason != ready.Reason {
+		c.recorder.Publish(shortenEventMessages([]events.Event{nodeClassEvent(updated, ready.IsTrue(), ready.Reason, ready.Message)})...)
 	}
 	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// setVerdict sets a check's condition.
+func setVerdict(conds status.ConditionSet, condition string, v verdict) {
+	switch {
+	case !v.passed:
+		conds.SetFalse(condition, v.reason, v.message)
+	case v.reason != "":
+		conds.SetTrueWithReason(condition, v.reason, v.message)
+	default:
+		conds.SetTrue(condition)
+	}
+}
+
+// composeReady sets Ready from the checks' conditions, in order: True when all are, otherwise
+// the status, reason and message of the first that is not, so that `kubectl get
+// tofunodeclasses` says what is wrong.
+func composeReady(conds status.ConditionSet, order []string) *status.Condition {
+	for _, t := range order {
+		switch c := conds.Get(t); {
+		case c == nil:
+			conds.SetUnknown(status.ConditionReady)
+			return conds.Root()
+		case !c.IsTrue():
+			conds.Set(status.Condition{Type: status.ConditionReady, Status: c.Status, Reason: c.Reason, Message: c.Message})
+			return conds.Root()
+		}
+	}
+	conds.SetTrue(status.ConditionReady)
+	return conds.Root()
+}
+
+// misfitMessage names the node types that cannot register within Karpenter's window.
+func misfitMessage(misfits []string) string {
+	return fmt.Sprintf("node types %s cannot register within Karpenter's %s registration window; they are not launchable",
+		strings.Join(misfits, ", "), shortDuration(registrationWindow))
 }
 
 // validateSpec checks what the CRD schema cannot: prices, capacities, unique zones.
@@ -193,7 +251,7 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec) error {
 		}
 		seen := map[string]bool{}
 		for _, o := range nt.Offerings {
-			key := o.Zone + "/" + o.CapacityType
+			key := o.Zone + "/" + o.CapacityTypeOrDefault()
 			if seen[key] {
 				errs = append(errs, fmt.Errorf("node type %s: offering %s listed twice", nt.Name, key))
 			}
@@ -268,17 +326,17 @@ func registrationWindowCheck(spec *v1alpha1.TofuNodeClassSpec) (misfits []string
 // checkModule reads the module's HCL and checks the module contract.
 func checkModule(source string) (string, error) {
 	if !filepath.IsAbs(source) {
-		return ReasonModuleNotFound, fmt.Errorf("module source %q must be an absolute path", source)
+		return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %q must be an absolute path", source)
 	}
 	if info, err := os.Stat(source); err != nil || !info.IsDir() {
-		return ReasonModuleNotFound, fmt.Errorf("module source %s is not a folder", source)
+		return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %s is not a folder", source)
 	}
 	mod, err := tfrunner.InspectModule(source)
 	if err != nil {
-		return ReasonInvalidModule, err
+		return v1alpha1.ReasonInvalidModule, err
 	}
 	if err := mod.CheckContract(); err != nil {
-		return ReasonInvalidModule, err
+		return v1alpha1.ReasonInvalidModule, err
 	}
 	return "", nil
 }

@@ -63,40 +63,40 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		window string
 	}{
 		{name: "valid", module: good, ready: true, reason: "Ready"},
-		{name: "module folder missing", module: "/nonexistent/module", reason: ReasonModuleNotFound},
-		{name: "module breaks the contract", module: noOutput, reason: ReasonInvalidModule},
-		{name: "cluster refuses joins", module: good, reason: bootstrap.ReasonBootstrapRBACMissing,
-			preflight: &bootstrap.PreflightFailure{Reason: bootstrap.ReasonBootstrapRBACMissing, Message: "no CSRs"}},
-		{name: "spec invalid", module: good, reason: ReasonInvalidSpec, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "module folder missing", module: "/nonexistent/module", reason: v1alpha1.ReasonModuleNotFound},
+		{name: "module breaks the contract", module: noOutput, reason: v1alpha1.ReasonInvalidModule},
+		{name: "cluster refuses joins", module: good, reason: v1alpha1.ReasonBootstrapRBACMissing,
+			preflight: &bootstrap.PreflightFailure{Reason: v1alpha1.ReasonBootstrapRBACMissing, Message: "no CSRs"}},
+		{name: "spec invalid", module: good, reason: v1alpha1.ReasonInvalidSpec, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.NodeTypes[0].Offerings[0].Price = "cheap"
 		}},
 		{name: "encrypted", module: good, ready: true, reason: "Ready", mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "passphrase"}}
 		}},
-		{name: "encryption secret missing", module: good, reason: ReasonEncryptionKeyMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "encryption secret missing", module: good, reason: v1alpha1.ReasonEncryptionKeyMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "no-such-secret", Key: "passphrase"}}
 		}},
-		{name: "encryption key missing", module: good, reason: ReasonEncryptionKeyMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "encryption key missing", module: good, reason: v1alpha1.ReasonEncryptionKeyMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "other"}}
 		}},
-		{name: "encryption key too short", module: good, reason: ReasonInvalidEncryptionKey, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "encryption key too short", module: good, reason: v1alpha1.ReasonInvalidEncryptionKey, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "short"}}
 		}},
 		{name: "pg", module: good, ready: true, reason: "Ready", mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "conn"}}}
 		}},
-		{name: "pg connection secret missing", module: good, reason: ReasonBackendSecretMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "pg connection secret missing", module: good, reason: v1alpha1.ReasonBackendSecretMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "url"}}}
 		}},
 		// A password with an unencoded '#' cuts the URL short: refused before any run, with what
 		// to do and without the value.
-		{name: "pg connection string with an unencoded '#'", module: good, reason: "InvalidBackendSecret", message: "%23", mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "pg connection string with an unencoded '#'", module: good, reason: v1alpha1.ReasonInvalidBackendSecret, message: "%23", mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "hash"}}}
 		}},
-		{name: "pg connection string with a quote", module: good, reason: "InvalidBackendSecret", message: "percent-encode", mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "pg connection string with a quote", module: good, reason: v1alpha1.ReasonInvalidBackendSecret, message: "percent-encode", mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "pg", Key: "quote"}}}
 		}},
-		{name: "pg without settings", module: good, reason: ReasonInvalidBackend, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "pg without settings", module: good, reason: v1alpha1.ReasonInvalidBackend, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Backend = v1alpha1.Backend{Type: v1alpha1.BackendPG}
 		}},
 		// One type too slow for Karpenter's window: a warning, the class still launches the other.
@@ -107,13 +107,13 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		{name: "credentials", module: good, ready: true, reason: "Ready", mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "hcloud"}}
 		}},
-		{name: "credentials secret missing", module: good, reason: ReasonCredentialsMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "credentials secret missing", module: good, reason: v1alpha1.ReasonCredentialsMissing, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "hcloud"}, {SecretName: "no-such-secret"}}
 		}},
-		{name: "credentials key not an env name", module: good, reason: ReasonInvalidCredentialsSecret, mutate: func(nc *v1alpha1.TofuNodeClass) {
+		{name: "credentials key not an env name", module: good, reason: v1alpha1.ReasonInvalidCredentialsSecret, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "bad-keys"}}
 		}},
-		{name: "no type can register in time", module: good, reason: ReasonExceedsRegistrationWindow, window: "small (apply 4m + join 12m = 16m), large",
+		{name: "no type can register in time", module: good, reason: v1alpha1.ReasonExceedsRegistrationWindow, window: "small (apply 4m + join 12m = 16m), large",
 			mutate: func(nc *v1alpha1.TofuNodeClass) {
 				for i := range nc.Spec.NodeTypes {
 					nc.Spec.NodeTypes[i].JoinTimeout = &metav1.Duration{Duration: 12 * time.Minute}
@@ -159,8 +159,12 @@ output "provider_id" { value = "sim://${var.node_name}" }
 				t.Fatalf("Ready = %+v, want ready=%v reason %s", ready, tc.ready, tc.reason)
 			}
 			win := got.StatusConditions().Get(v1alpha1.ConditionRegistrationWindow)
-			if fits := tc.window == ""; win == nil || win.IsTrue() != fits || (!fits && (win.Reason != ReasonExceedsRegistrationWindow || !strings.Contains(win.Message, tc.window))) {
+			if fits := tc.window == ""; win == nil || win.IsTrue() != fits || (!fits && (win.Reason != v1alpha1.ReasonExceedsRegistrationWindow || !strings.Contains(win.Message, tc.window))) {
 				t.Errorf("RegistrationWindow = %+v, want fits=%v naming %q", win, fits, tc.window)
+			}
+			launchable := got.StatusConditions().Get(v1alpha1.ConditionNodeTypesLaunchable)
+			if wantNone := tc.reason == v1alpha1.ReasonExceedsRegistrationWindow; launchable == nil || launchable.IsTrue() == wantNone {
+				t.Errorf("NodeTypesLaunchable = %+v", launchable)
 			}
 			if !tc.ready && ready.Message == "" {
 				t.Error("Ready=False without a message")
@@ -182,5 +186,18 @@ output "provider_id" { value = "sim://${var.node_name}" }
 				t.Errorf("%d events after a reconcile that changed nothing", len(rec.events))
 			}
 		})
+	}
+}
+
+// The controller's checks are the API's: Ready is composed of exactly the conditions
+// TofuNodeClass.StatusConditions names, in the same order.
+func TestClassChecksAreTheAPIs(t *testing.T) {
+	c := NewNodeClassController(nil, nil, clocktesting.NewFakeClock(time.Now()), nil)
+	var got []string
+	for _, chk := range c.checks() {
+		got = append(got, chk.condition)
+	}
+	if want := v1alpha1.ClassChecks(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("checks %v, the API's %v", got, want)
 	}
 }

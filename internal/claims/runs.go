@@ -110,7 +110,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	userData := ""
 	if s.f.Status.UserDataSecret != "" {
 		secret := &corev1.Secret{}
-		err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.opts.Namespace, Name: s.f.Status.UserDataSecret}, secret)
+		err := c.apiReader.Get(ctx, client.ObjectKey{Namespace: c.opts.Namespace, Name: s.f.Status.UserDataSecret}, secret)
 		switch {
 		case err == nil:
 			userData = string(secret.Data[UserDataKey])
@@ -135,7 +135,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	if err != nil {
 		return tfrunner.Request{}, err
 	}
-	credentials, err := readCredentials(ctx, c.secrets, c.opts.Namespace, credentialsSpec(s))
+	credentials, err := readCredentials(ctx, c.apiReader, c.opts.Namespace, credentialsSpec(s))
 	if err != nil {
 		return tfrunner.Request{}, err
 	}
@@ -145,9 +145,14 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	}
 	maps.Copy(env, credentials)
 	maps.Copy(env, backendEnv)
-	var deadline time.Duration
-	if op == tfrunner.Apply && s.nt != nil {
-		deadline = orDefault(s.nt.Deadlines.Apply, DefaultApplyDeadline)
+	// Every run is bounded: the runner interrupts tofu at the deadline (it releases its lock)
+	// and the run fails with class Timeout.
+	deadline := c.opts.DestroyDeadline
+	if op == tfrunner.Apply {
+		deadline = v1alpha1.DefaultApplyDeadline // the node type is gone
+		if s.nt != nil {
+			deadline = s.nt.ApplyDeadline()
+		}
 	}
 	return tfrunner.Request{
 		Deadline:  deadline,

@@ -10,12 +10,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
 )
 
 // TestRunNameAtTheLimit: Karpenter names a claim "<nodepool>-<5 characters>" with the API
@@ -54,50 +54,32 @@ func TestRunNameAtTheLimit(t *testing.T) {
 	}
 }
 
-// takenNames is an executor on which some run names belong to an earlier claim of the same
-// name.
-type takenNames struct {
-	taken   map[string]bool
-	started []tfrunner.Request
-}
-
-func (e *takenNames) Start(_ context.Context, req tfrunner.Request) error {
-	if e.taken[req.Name] {
-		return fmt.Errorf("run %s: %w", req.Name, tfrunner.ErrOtherClaimsRun)
-	}
-	e.started = append(e.started, req)
-	return nil
-}
-
-func (e *takenNames) Status(_ context.Context, name, _ string) (tfrunner.RunStatus, error) {
-	return tfrunner.RunStatus{}, fmt.Errorf("run %s: %w", name, tfrunner.ErrRunNotFound)
-}
-
-func (e *takenNames) Cancel(context.Context, string, string) error { return nil }
-
 // TestRunNameTakenByAnEarlierClaim: a claim deleted and made again under the same name finds
 // its first run names taken by the earlier claim's runs (their Jobs stay for their logs): it
 // never adopts them, and runs under the next free attempt's name instead, labelled with its
 // own UID.
 func TestRunNameTakenByAnEarlierClaim(t *testing.T) {
 	ctx := context.Background()
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
+	kube := test.NewClient(nil)
 	clk := clocktesting.NewFakeClock(time.Now())
-	exec := &takenNames{taken: map[string]bool{"claim-a-apply-1": true, "claim-a-apply-2": true, "claim-a-destroy-1": true}}
+	exec := fake.New(clk)
+	for _, taken := range []string{"claim-a-apply-1", "claim-a-apply-2", "claim-a-destroy-1"} {
+		exec.Fail(fake.MethodStart, taken, fmt.Errorf("run %s: %w", taken, tfrunner.ErrOtherClaimsRun), -1)
+	}
 	c := NewFulfillmentController(kube, kube, clk, nil, exec, NewUnavailableOfferings(clk, time.Minute), Options{Namespace: "fulfiller", TofuPath: "/bin/tofu"})
 	nc := testClass()
 	f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
 	f.Spec.NodeClaimUID, f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "uid-new", "claim-a", "/m", "claim-a"
 	s := &claimState{f: f, nc: nc, nt: &nc.Spec.NodeTypes[0], conds: f.StatusConditions()}
-	if _, err := (&applyStage{c: c}).startRun(ctx, s, 1, true); err != nil {
+	if _, err := c.applyRuns().start(ctx, s, 1, true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&finalizeStage{c: c}).start(ctx, s, 1); err != nil {
+	if _, err := c.destroyRuns().start(ctx, s, 1, true); err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, req := range exec.started {
-		names = append(names, req.Name)
+	names := exec.Created()
+	for _, name := range names {
+		req, _ := exec.Request(name)
 		if req.Labels[tfrunner.LabelNodeClaimUID] != "uid-new" || req.Labels[tfrunner.LabelNodeClaim] != "claim-a" {
 			t.Errorf("run %s labels %v", req.Name, req.Labels)
 		}
@@ -113,55 +95,42 @@ func TestRunNameTakenByAnEarlierClaim(t *testing.T) {
 	}
 }
 
-// stoppingApply is an executor whose apply takes a while to stop once cancelled.
-type stoppingApply struct {
-	cancels  int
-	stopping bool // the runner has not ended yet
-	started  []string
-}
-
-func (e *stoppingApply) Start(_ context.Context, req tfrunner.Request) error {
-	e.started = append(e.started, req.Name)
-	return nil
-}
-
-func (e *stoppingApply) Status(_ context.Context, name, _ string) (tfrunner.RunStatus, error) {
-	if e.stopping {
-		return tfrunner.RunStatus{Name: name, Phase: tfrunner.RunStopping}, nil
-	}
-	return tfrunner.RunStatus{Name: name, Phase: tfrunner.RunFailed,
-		Result: &tfrunner.Result{Operation: tfrunner.Apply, Error: &tfrunner.RunError{Class: tfrunner.Cancelled, Message: "run cancelled"}}}, nil
-}
-
-func (e *stoppingApply) Cancel(context.Context, string, string) error {
-	e.cancels++
-	return nil
-}
-
 // TestFinalizeWaitsForTheApplyToStop: deleting a claim whose apply runs cancels the apply and
 // requeues the claim while the runner stops (no worker waits for it); the destroy starts only
 // once the apply has ended.
 func TestFinalizeWaitsForTheApplyToStop(t *testing.T) {
 	ctx := context.Background()
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
+	kube := test.NewClient(nil)
 	clk := clocktesting.NewFakeClock(time.Now())
-	exec := &stoppingApply{stopping: true}
+	exec := fake.New(clk)
+	exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true, StopDelay: 10 * time.Second})
 	c := NewFulfillmentController(kube, kube, clk, nil, exec, NewUnavailableOfferings(clk, time.Minute), Options{Namespace: "fulfiller", TofuPath: "/bin/tofu"})
 	nc := testClass()
 	f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
 	f.Spec.NodeClaimUID, f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "uid-a", "claim-a", "/m", "claim-a"
 	s := &claimState{f: f, nc: nc, nt: &nc.Spec.NodeTypes[0], conds: f.StatusConditions()}
-	c.addRun(f, tfrunner.Apply, 1)
+	if _, err := c.applyRuns().start(ctx, s, 1, true); err != nil {
+		t.Fatal(err)
+	}
 	d := &finalizeStage{c: c}
 	res, err := d.reconcile(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cond := s.conds.Get(v1alpha1.ConditionDestroyed)
-	if res.RequeueAfter != pollInterval || exec.cancels != 1 || len(exec.started) != 0 || cond == nil || cond.Reason != "StoppingApply" {
-		t.Fatalf("while the apply stops: requeue %s, %d cancels, started %v, Destroyed %+v", res.RequeueAfter, exec.cancels, exec.started, cond)
+	cancels := func() int {
+		n := 0
+		for _, call := range exec.Calls() {
+			if call.Method == fake.MethodCancel {
+				n++
+			}
+		}
+		return n
 	}
-	exec.stopping = false
+	cond := s.conds.Get(v1alpha1.ConditionDestroyed)
+	if res.RequeueAfter != pollInterval || cancels() != 1 || len(exec.Created()) != 1 || cond == nil || cond.Reason != v1alpha1.ReasonStoppingApply {
+		t.Fatalf("while the apply stops: requeue %s, %d cancels, created %v, Destroyed %+v", res.RequeueAfter, cancels(), exec.Created(), cond)
+	}
+	clk.Step(10 * time.Second)
 	if _, err := d.reconcile(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +138,7 @@ func TestFinalizeWaitsForTheApplyToStop(t *testing.T) {
 		t.Errorf("the stopped apply is recorded as %+v", apply)
 	}
 	// No state was written: nothing to destroy, and the claim may go.
-	if !s.removeFinalizer || len(exec.started) != 0 {
-		t.Errorf("after the apply stopped: removeFinalizer %v, started %v", s.removeFinalizer, exec.started)
+	if !s.removeFinalizer || len(exec.Created()) != 1 {
+		t.Errorf("after the apply stopped: removeFinalizer %v, created %v", s.removeFinalizer, exec.Created())
 	}
 }

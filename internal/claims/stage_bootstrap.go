@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,8 +22,6 @@ const (
 	UserDataKey = "user-data"
 	// annotationTokenID records which token a user data Secret carries.
 	annotationTokenID = v1alpha1.Group + "/token-id"
-	// DefaultTokenTTL applies when a NodeClass sets none.
-	DefaultTokenTTL = 30 * time.Minute
 )
 
 // bootstrapStage mints the claim's bootstrap token and renders its user data, once: the same
@@ -37,12 +34,12 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		return reconcile.Result{}, nil
 	}
 	if s.nc == nil || s.nt == nil {
-		s.conds.SetFalse(v1alpha1.ConditionApplied, "NodeClassNotFound", fmt.Sprintf("nodeclass %s or its node type %s is gone", s.f.Spec.NodeClass, s.f.Spec.NodeType))
+		s.conds.SetFalse(v1alpha1.ConditionApplied, v1alpha1.ReasonNodeClassNotFound, fmt.Sprintf("nodeclass %s or its node type %s is gone", s.f.Spec.NodeClass, s.f.Spec.NodeType))
 		return reconcile.Result{}, nil
 	}
 	name := userDataSecretName(s.f)
 	existing := &corev1.Secret{}
-	err := b.c.secrets.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: name}, existing)
+	err := b.c.apiReader.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: name}, existing)
 	if err == nil {
 		s.f.Status.UserDataSecret, s.f.Status.TokenID = name, existing.Annotations[annotationTokenID]
 		return reconcile.Result{}, nil
@@ -51,7 +48,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		return reconcile.Result{}, fmt.Errorf("reading user data secret: %w", err)
 	}
 	ca := &corev1.ConfigMap{}
-	if err := b.c.secrets.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: "kube-root-ca.crt"}, ca); err != nil {
+	if err := b.c.apiReader.Get(ctx, client.ObjectKey{Namespace: b.c.opts.Namespace, Name: "kube-root-ca.crt"}, ca); err != nil {
 		return reconcile.Result{}, fmt.Errorf("reading the cluster CA: %w", err)
 	}
 	caHash, err := bootstrap.CACertHash([]byte(ca.Data["ca.crt"]))
@@ -92,7 +89,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	ttl := tokenTTL(s.nc)
+	ttl := s.nc.TokenTTL()
 	labels := map[string]string{LabelNodeClaim: s.f.Name}
 	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
 		Expires:     b.c.clock.Now().Add(ttl),
@@ -119,20 +116,14 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	return reconcile.Result{}, nil
 }
 
-// Reasons of a claim whose user data cannot be rendered.
-const (
-	ReasonUserDataTooLarge   = "UserDataTooLarge"
-	ReasonInvalidCloudConfig = "InvalidExtraCloudConfig"
-)
-
 // renderFailure maps an error of RenderUserData to the reason of a claim that cannot get a
 // machine; "" for other errors.
 func renderFailure(err error) string {
 	switch {
 	case errors.Is(err, bootstrap.ErrUserDataTooLarge):
-		return ReasonUserDataTooLarge
+		return v1alpha1.ReasonUserDataTooLarge
 	case errors.Is(err, bootstrap.ErrInvalidCloudConfig):
-		return ReasonInvalidCloudConfig
+		return v1alpha1.ReasonInvalidExtraCloudConfig
 	}
 	return ""
 }
@@ -164,16 +155,8 @@ func providerIDSource(nt *v1alpha1.NodeType, known string) *bootstrap.ProviderID
 	if known != "" {
 		return nil
 	}
-	src := &bootstrap.ProviderIDSource{URL: bootstrap.DefaultMetadataURL, Prefix: bootstrap.DefaultProviderIDPrefix}
-	if from := nt.ProviderIDFrom; from != nil {
-		if from.MetadataURL != "" {
-			src.URL = from.MetadataURL
-		}
-		if from.Prefix != "" {
-			src.Prefix = from.Prefix
-		}
-	}
-	return src
+	from := nt.ProviderIDFromOrDefault()
+	return &bootstrap.ProviderIDSource{URL: from.MetadataURL, Prefix: from.Prefix}
 }
 
 // reservations are what the type's kubelets keep from pods; Karpenter's instance type

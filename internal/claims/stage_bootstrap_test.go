@@ -2,13 +2,6 @@ package claims
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -25,21 +18,17 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/test"
 )
 
-func testCAPEM(t *testing.T) string {
+// clusterCA is the cluster CA ConfigMap in the fulfiller's namespace.
+func clusterCA(t *testing.T) *corev1.ConfigMap {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := test.ClusterCA("fulfiller")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, NotBefore: time.Now(),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return ca
 }
 
 // TestBootstrapRendersGatesAndLimits: the user data carries the unregistered taint, the
@@ -70,9 +59,9 @@ func TestBootstrapRendersGatesAndLimits(t *testing.T) {
 				q := resource.MustParse(tc.limit)
 				nt.UserDataLimit = &q
 			}
-			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
+			ca := clusterCA(t)
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
-			ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+			ctrl := &FulfillmentController{kube: kube, apiReader: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
 				unavailable: NewUnavailableOfferings(clk, time.Minute)}
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 				Spec: v1alpha1.FulfillmentSpec{NodeType: "gpu", NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: "sim://claim"}}
@@ -87,7 +76,7 @@ func TestBootstrapRendersGatesAndLimits(t *testing.T) {
 			}
 			if tc.tooLarge {
 				applied := s.conds.Get(v1alpha1.ConditionApplied)
-				if !applied.IsFalse() || applied.Reason != ReasonUserDataTooLarge || !strings.Contains(applied.Message, "over the node type's limit of 200 bytes") {
+				if !applied.IsFalse() || applied.Reason != v1alpha1.ReasonUserDataTooLarge || !strings.Contains(applied.Message, "over the node type's limit of 200 bytes") {
 					t.Errorf("Applied = %+v", applied)
 				}
 				if len(secrets.Items) != 0 || s.f.Status.UserDataSecret != "" {
@@ -141,7 +130,7 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 		wantURL    string
 	}{
 		{name: "known", providerID: "sim://claim", wantID: "sim://claim"},
-		{name: "hetzner defaults", wantID: "hcloud://" + bootstrap.InstanceIDPlaceholder, wantURL: bootstrap.DefaultMetadataURL},
+		{name: "hetzner defaults", wantID: "hcloud://" + bootstrap.InstanceIDPlaceholder, wantURL: v1alpha1.DefaultMetadataURL},
 		{name: "configured", from: &v1alpha1.ProviderIDFrom{MetadataURL: "http://169.254.169.254/openstack/latest/id", Prefix: "openstack:///"},
 			wantID: "openstack:///" + bootstrap.InstanceIDPlaceholder, wantURL: "http://169.254.169.254/openstack/latest/id"},
 	} {
@@ -153,9 +142,9 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 			nt.ProviderIDFrom = tc.from
 			nt.SystemReserved = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}
 			nt.EvictionHard = map[string]string{"memory.available": "5%"}
-			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": testCAPEM(t)}}
+			ca := clusterCA(t)
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
-			ctrl := &FulfillmentController{kube: kube, secrets: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
+			ctrl := &FulfillmentController{kube: kube, apiReader: kube, clock: clk, opts: Options{Namespace: "fulfiller"},
 				unavailable: NewUnavailableOfferings(clk, time.Minute)}
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 				Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: tc.providerID}}

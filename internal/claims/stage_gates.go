@@ -48,7 +48,7 @@ func (g *gateStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 	for _, gt := range gates {
 		var d gateDecision
 		if !hasTaint(node, gt.taint) {
-			d = gateDecision{open: true, status: metav1.ConditionTrue, reason: ReasonGateOpen, message: gt.name + " gate open"}
+			d = gateDecision{open: true, status: metav1.ConditionTrue, reason: v1alpha1.ReasonGateOpen, message: gt.name + " gate open"}
 			if c := s.conds.Get(gt.condition); c != nil && c.IsTrue() {
 				d.message = c.Message
 			}
@@ -76,15 +76,12 @@ func (g *gateStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 		}
 		log.FromContext(ctx).Info("opened readiness gates", "node", node.Name, "taints", remove)
 	}
-	policy := s.nc.Spec.Readiness.Policy
-	if policy == "" {
-		policy = v1alpha1.GatePolicyReportOnly
-	}
+	policy := s.nc.Spec.Readiness.PolicyOrDefault()
 	for _, cond := range gateConditions {
 		ds, ok := decisions[cond]
 		if !ok {
 			if s.conds.Get(cond) == nil || !s.conds.IsTrue(cond) {
-				s.conds.SetTrueWithReason(cond, ReasonGateNotApplicable, "no such gate for node type "+s.nt.Name)
+				s.conds.SetTrueWithReason(cond, v1alpha1.ReasonGateNotApplicable, "no such gate for node type "+s.nt.Name)
 			}
 			continue
 		}

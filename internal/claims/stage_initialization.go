@@ -20,7 +20,7 @@ func (i *initializationStage) reconcile(_ context.Context, s *claimState) (recon
 	}
 	cond := s.claim.StatusConditions().Get(karpv1.ConditionTypeInitialized)
 	if cond == nil || !cond.IsTrue() {
-		reason, msg := "AwaitingInitialization", "waiting for Karpenter to initialize the node"
+		reason, msg := v1alpha1.ReasonAwaitingInitialization, "waiting for Karpenter to initialize the node"
 		if cond != nil && cond.Reason != "" {
 			reason, msg = cond.Reason, cond.Message
 		}
@@ -29,6 +29,6 @@ func (i *initializationStage) reconcile(_ context.Context, s *claimState) (recon
 	}
 	t := metav1.NewTime(cond.LastTransitionTime.Time)
 	s.f.Status.Stages.Initialized = &t
-	s.conds.SetTrueWithReason(v1alpha1.ConditionInitialized, "Initialized", "node "+s.f.Status.NodeName+" is ready for pods")
+	s.conds.SetTrueWithReason(v1alpha1.ConditionInitialized, v1alpha1.ReasonInitialized, "node "+s.f.Status.NodeName+" is ready for pods")
 	return reconcile.Result{}, nil
 }

@@ -13,12 +13,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
-// ReasonJoinTimeout: the machine was created but its Node never registered.
-const ReasonJoinTimeout = "JoinTimeout"
-
-// DefaultJoinTimeout applies when a node type sets none.
-const DefaultJoinTimeout = 10 * time.Minute
-
 // nodeProviderIDField is the Node index Karpenter's operator registers.
 const nodeProviderIDField = "spec.providerID"
 
@@ -43,23 +37,23 @@ func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 		s.f.Status.NodeName = node.Name
 		registered := node.CreationTimestamp
 		s.f.Status.Stages.Registered = &registered
-		s.conds.SetTrueWithReason(v1alpha1.ConditionJoined, "Joined", "node "+node.Name+" registered")
+		s.conds.SetTrueWithReason(v1alpha1.ConditionJoined, v1alpha1.ReasonJoined, "node "+node.Name+" registered")
 		s.events = append(s.events, joinedEvent(s.f, node.Name))
 		return reconcile.Result{}, nil
 	}
-	timeout := DefaultJoinTimeout
-	if s.nt != nil && s.nt.JoinTimeout != nil {
-		timeout = s.nt.JoinTimeout.Duration
+	timeout := v1alpha1.DefaultJoinTimeout
+	if s.nt != nil {
+		timeout = s.nt.JoinTimeoutOrDefault()
 	}
 	waited := j.c.clock.Since(s.f.Status.Stages.Applied.Time)
 	if waited >= timeout {
 		msg := fmt.Sprintf("no node registered with provider id %s within %s of the apply", s.f.Status.ProviderID, timeout)
-		s.conds.SetFalse(v1alpha1.ConditionJoined, ReasonJoinTimeout, msg)
+		s.conds.SetFalse(v1alpha1.ConditionJoined, v1alpha1.ReasonJoinTimeout, msg)
 		s.events = append(s.events, joinTimeoutEvent(s.f, msg))
 		s.replaceClaim = true
 		return reconcile.Result{}, nil
 	}
-	s.conds.SetUnknownWithReason(v1alpha1.ConditionJoined, "AwaitingNode", "machine created, waiting for its node to register")
+	s.conds.SetUnknownWithReason(v1alpha1.ConditionJoined, v1alpha1.ReasonAwaitingNode, "machine created, waiting for its node to register")
 	return reconcile.Result{RequeueAfter: min(5*time.Second, timeout-waited)}, nil
 }
 

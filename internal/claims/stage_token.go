@@ -30,7 +30,7 @@ func (t *tokenStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 		return reconcile.Result{}, nil
 	}
 	secret := &corev1.Secret{}
-	err := t.c.secrets.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstrapapi.BootstrapTokenSecretPrefix + s.f.Status.TokenID}, secret)
+	err := t.c.apiReader.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstrapapi.BootstrapTokenSecretPrefix + s.f.Status.TokenID}, secret)
 	if apierrors.IsNotFound(err) {
 		return reconcile.Result{}, nil // revoked, or already expired and cleaned up
 	}
@@ -41,7 +41,7 @@ func (t *tokenStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("bootstrap token %s has an unreadable expiration: %w", s.f.Status.TokenID, err)
 	}
-	ttl := tokenTTL(s.nc)
+	ttl := s.nc.TokenTTL()
 	limit := s.f.Status.Stages.ClaimCreated.Add(registrationWindow + time.Minute)
 	next, extend := tokenExtension(t.c.clock.Now(), expires, ttl, limit)
 	if extend {
@@ -70,13 +70,6 @@ func tokenExtension(now, expires time.Time, ttl time.Duration, limit time.Time) 
 		next = limit
 	}
 	return next, next.After(expires)
-}
-
-func tokenTTL(nc *v1alpha1.TofuNodeClass) time.Duration {
-	if d := nc.Spec.Bootstrap.TokenTTL.Duration; d > 0 {
-		return d
-	}
-	return DefaultTokenTTL
 }
 
 // failed reports whether a stage condition of the claim is False (it is being replaced).

@@ -22,6 +22,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
@@ -246,8 +247,8 @@ func TestJoinPreflight(t *testing.T) {
 		t.Fatalf("preflight on a complete cluster: %+v, %v", f, err)
 	}
 	for binding, reason := range map[string]string{
-		"kubeadm:kubelet-bootstrap":          bootstrap.ReasonBootstrapRBACMissing,
-		"kubeadm:node-autoapprove-bootstrap": bootstrap.ReasonCSRAutoApprovalMissing,
+		"kubeadm:kubelet-bootstrap":          v1alpha1.ReasonBootstrapRBACMissing,
+		"kubeadm:node-autoapprove-bootstrap": v1alpha1.ReasonCSRAutoApprovalMissing,
 	} {
 		crb := &rbacv1.ClusterRoleBinding{}
 		if err := c.Get(ctx, client.ObjectKey{Name: binding}, crb); err != nil {
@@ -309,7 +310,7 @@ func TestTokenAuthProbe(t *testing.T) {
 		}
 	}()
 	f := check(off)
-	if f == nil || f.Reason != bootstrap.ReasonBootstrapTokenAuthDisabled || !strings.Contains(f.Message, "--enable-bootstrap-token-auth") {
+	if f == nil || f.Reason != v1alpha1.ReasonBootstrapTokenAuthDisabled || !strings.Contains(f.Message, "--enable-bootstrap-token-auth") {
 		t.Fatalf("probe without bootstrap-token authentication: %+v", f)
 	}
 }

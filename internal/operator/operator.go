@@ -49,10 +49,11 @@ func Run() {
 				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
-				Namespace:      opts.Namespace,
-				StateNamespace: opts.StateNamespace,
-				TofuPath:       tofu,
-				RunEnv:         runEnv,
+				Namespace:       opts.Namespace,
+				StateNamespace:  opts.StateNamespace,
+				TofuPath:        tofu,
+				RunEnv:          runEnv,
+				DestroyDeadline: opts.DestroyDeadline,
 			}),
 		).
 		Start(ctx)
@@ -62,6 +63,7 @@ func Run() {
 // environment for runs.
 func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, string, map[string]string) {
 	runEnv := map[string]string{}
+	limiter := tfrunner.NewLimiter(tfrunner.MaxRuns(opts.MaxConcurrentRuns))
 	if opts.Executor == ExecutorJob {
 		return &tfrunner.JobExecutor{
 			Client:             kubernetes.NewForConfigOrDie(op.GetConfig()),
@@ -70,10 +72,8 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 			ImagePullPolicy:    corev1.PullPolicy(opts.RunnerImagePullPolicy),
 			ServiceAccountName: opts.RunnerServiceAccount,
 			Resources:          opts.RunnerResources,
-			ApplyDeadline:      opts.ApplyDeadline,
-			DestroyDeadline:    opts.DestroyDeadline,
 			TTLAfterFinished:   opts.RunnerTTL,
-			MaxConcurrent:      opts.MaxConcurrentRuns,
+			Limiter:            limiter,
 			NodeSelector:       opts.RunnerNodeSelector,
 			Tolerations:        opts.RunnerTolerations,
 		}, opts.TofuPath, runEnv
@@ -87,7 +87,7 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 		runEnv["KUBE_CONFIG_PATH"] = opts.RunnerKubeconfig
 		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
 	}
-	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, MaxConcurrent: opts.MaxConcurrentRuns}, tofu, runEnv
+	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, Limiter: limiter}, tofu, runEnv
 }
 
 // ensurePassphrase creates the state encryption passphrase Secret on the first start (every

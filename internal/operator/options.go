@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/utils/env"
+
+	"github.com/fulfiller-sh/fulfiller/internal/claims"
 )
 
 func init() {
@@ -48,7 +50,6 @@ type Options struct {
 	RunnerImagePullPolicy string
 	RunnerServiceAccount  string
 	RunnerTTL             time.Duration
-	ApplyDeadline         time.Duration
 	DestroyDeadline       time.Duration
 	runnerResources       string
 	runnerNodeSelector    string
@@ -72,8 +73,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.RunnerImagePullPolicy, "runner-image-pull-policy", env.WithDefaultString("FULFILLER_RUNNER_IMAGE_PULL_POLICY", string(corev1.PullIfNotPresent)), "Pull policy of runner Jobs")
 	fs.StringVar(&o.RunnerServiceAccount, "runner-service-account", env.WithDefaultString("FULFILLER_RUNNER_SERVICE_ACCOUNT", "fulfiller-runner"), "ServiceAccount of runner Jobs (RBAC for the state backend only)")
 	fs.DurationVar(&o.RunnerTTL, "runner-ttl", env.WithDefaultDuration("FULFILLER_RUNNER_TTL", 24*time.Hour), "How long finished runner Jobs, and so their logs, are kept")
-	fs.DurationVar(&o.ApplyDeadline, "apply-deadline", env.WithDefaultDuration("FULFILLER_APPLY_DEADLINE", 30*time.Minute), "Longest a runner Job of an apply may run")
-	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", 30*time.Minute), "Longest a runner Job of a destroy may run")
+	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", claims.DefaultDestroyDeadline), "Longest a tofu destroy may run (an apply is bounded by its node type's deadlines.apply)")
 	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")
 	fs.StringVar(&o.runnerNodeSelector, "runner-node-selector", env.WithDefaultString("FULFILLER_RUNNER_NODE_SELECTOR", ""), "Node selector of runner pods, as a JSON map")
 	fs.StringVar(&o.runnerTolerations, "runner-tolerations", env.WithDefaultString("FULFILLER_RUNNER_TOLERATIONS", ""), "Tolerations of runner pods, as a JSON list")
@@ -102,8 +102,8 @@ func (o *Options) validate() error {
 	if o.MaxConcurrentRuns < 1 {
 		return errors.New("max-concurrent-runs must be at least 1")
 	}
-	if o.RunnerTTL <= 0 || o.ApplyDeadline <= 0 || o.DestroyDeadline <= 0 {
-		return errors.New("runner-ttl, apply-deadline and destroy-deadline must be positive")
+	if o.RunnerTTL <= 0 || o.DestroyDeadline <= 0 {
+		return errors.New("runner-ttl and destroy-deadline must be positive")
 	}
 	for _, f := range []struct {
 		name, value string

@@ -9,7 +9,7 @@ import (
 func TestValidate(t *testing.T) {
 	valid := func() *Options {
 		return &Options{Executor: ExecutorJob, RunnerImage: "ghcr.io/fulfiller-sh/fulfiller:v0", MaxConcurrentRuns: 8,
-			RunnerTTL: time.Hour, ApplyDeadline: time.Hour, DestroyDeadline: time.Hour}
+			RunnerTTL: time.Hour, DestroyDeadline: time.Hour}
 	}
 	o := valid()
 	o.runnerResources = `{"requests":{"cpu":"200m","memory":"300Mi"}}`
@@ -29,7 +29,7 @@ func TestValidate(t *testing.T) {
 		{"unknown executor", `executor "docker" is not supported`, func(o *Options) { o.Executor = "docker" }},
 		{"no runs", "at least 1", func(o *Options) { o.MaxConcurrentRuns = 0 }},
 		{"bad resources", "parsing runner-resources", func(o *Options) { o.runnerResources = `{"requests":` }},
-		{"zero deadline", "must be positive", func(o *Options) { o.ApplyDeadline = 0 }},
+		{"zero deadline", "must be positive", func(o *Options) { o.DestroyDeadline = 0 }},
 	} {
 		o := valid()
 		tc.change(o)
@@ -37,7 +37,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	local := &Options{Executor: ExecutorLocal, MaxConcurrentRuns: 1, RunnerTTL: time.Hour, ApplyDeadline: time.Hour, DestroyDeadline: time.Hour}
+	local := &Options{Executor: ExecutorLocal, MaxConcurrentRuns: 1, RunnerTTL: time.Hour, DestroyDeadline: time.Hour}
 	if err := local.validate(); err != nil {
 		t.Errorf("the local executor needs no image: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
@@ -156,7 +157,7 @@ func TestMachineReadsProviderIDFromMetadata(t *testing.T) {
 		defer cancel()
 		const name = "sim-metadata"
 		dir := t.TempDir()
-		spec := hcloudJoinSpec(t, name, mintToken(ctx, t, time.Now().Add(10*time.Minute)), bootstrap.DefaultMetadataURL)
+		spec := hcloudJoinSpec(t, name, mintToken(ctx, t, time.Now().Add(10*time.Minute)), v1alpha1.DefaultMetadataURL)
 		run := startMachine(t, MachineConfig{Name: name, UserDataPath: writeUserData(t, dir, spec), MetadataURL: md.URL,
 			StateDir: filepath.Join(dir, "state")})
 		node := waitForNode(ctx, t, name, nodeReady)
@@ -201,7 +202,7 @@ func TestMachineReadsProviderIDFromMetadata(t *testing.T) {
 		defer cancel()
 		const name = "sim-metadata-unread"
 		dir := t.TempDir()
-		spec := hcloudJoinSpec(t, name, mintToken(ctx, t, time.Now().Add(10*time.Minute)), bootstrap.DefaultMetadataURL)
+		spec := hcloudJoinSpec(t, name, mintToken(ctx, t, time.Now().Add(10*time.Minute)), v1alpha1.DefaultMetadataURL)
 		data := renderUserData(t, spec)
 		// The same user data with the join as a plain runcmd entry, no metadata step.
 		cc, err := parseCloudConfig(data)

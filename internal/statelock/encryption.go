@@ -26,7 +26,8 @@ const (
 )
 
 // EncryptionEnv is the environment that makes a run encrypt its state and plan with a key
-// derived from passphrase by the pbkdf2 key provider, using method (empty: aes_gcm). Both
+// derived from passphrase by the pbkdf2 key provider, using method (aes_gcm, the only one; the class's
+// BackendEncryption.MethodOrDefault). Both
 // targets are enforced: tofu refuses to write an unencrypted state or plan, and reading a
 // plaintext state fails, since no fallback is configured. The configuration is JSON, so the
 // passphrase needs no HCL quoting; template sequences in it are escaped.
@@ -36,9 +37,6 @@ func EncryptionEnv(passphrase, method string) (map[string]string, error) {
 	}
 	if strings.ContainsRune(passphrase, 0) || !utf8.ValidString(passphrase) {
 		return nil, fmt.Errorf("%w: it must be UTF-8 text without NUL characters", ErrInvalidPassphrase)
-	}
-	if method == "" {
-		method = "aes_gcm"
 	}
 	if method != "aes_gcm" {
 		return nil, fmt.Errorf("unsupported encryption method %q", method)

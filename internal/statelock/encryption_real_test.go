@@ -31,7 +31,7 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 	}
 	// A passphrase with template sequences and quotes: they must reach pbkdf2 unchanged.
 	passphrase := testPassphrase
-	encEnv, err := statelock.EncryptionEnv(passphrase, "")
+	encEnv, err := statelock.EncryptionEnv(passphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 	}
 
 	// A wrong key cannot read the state.
-	wrongEnv, err := statelock.EncryptionEnv(wrongPassphrase, "")
+	wrongEnv, err := statelock.EncryptionEnv(wrongPassphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 }
 
 func TestEncryptionEnv(t *testing.T) {
-	if _, err := statelock.EncryptionEnv("too short", ""); err == nil {
+	if _, err := statelock.EncryptionEnv("too short", "aes_gcm"); err == nil {
 		t.Error("a passphrase under 16 characters was accepted")
 	}
 	if _, err := statelock.EncryptionEnv("sixteen chars ok!", "external"); err == nil {

@@ -27,7 +27,7 @@ func TestEnsurePassphrase(t *testing.T) {
 	if len(p) != generatedPassphraseLen || len(first.OwnerReferences) != 0 {
 		t.Fatalf("passphrase of %d characters, owners %v", len(p), first.OwnerReferences)
 	}
-	if _, err := EncryptionEnv(p, ""); err != nil {
+	if _, err := EncryptionEnv(p, "aes_gcm"); err != nil {
 		t.Errorf("OpenTofu's pbkdf2 would refuse it: %v", err)
 	}
 	created, err = EnsurePassphrase(ctx, client, "fulfiller", "state-key", "passphrase")

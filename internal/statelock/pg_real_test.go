@@ -30,7 +30,7 @@ func TestPGBackend(t *testing.T) {
 	conn := testenv.PostgresT(t, "states")
 	store := statelock.PGStore{ConnStr: conn, Schema: "fulfiller"}
 	env := statelock.PGConnEnv(conn)
-	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "")
+	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestPGConnectionStringNeverShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "")
+	encEnv, err := statelock.EncryptionEnv(pgPassphrase, "aes_gcm")
 	if err != nil {
 		t.Fatal(err)
 	}

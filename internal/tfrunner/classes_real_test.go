@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
@@ -132,7 +133,7 @@ func TestFailureClassesOnRealRuns(t *testing.T) {
 			if res.Error.Class != tc.class || !strings.Contains(res.Error.Message, tc.want) {
 				t.Errorf("error = %v, want class %s with %q\n%s", res.Error, tc.class, tc.want, log.String())
 			}
-			if strings.Contains(res.Error.Message, "\n") || len(res.Error.Message) > maxMessageLen {
+			if strings.Contains(res.Error.Message, "\n") || len(res.Error.Message) > v1alpha1.MaxMessageLength {
 				t.Errorf("message is not one bounded line: %q", res.Error.Message)
 			}
 			assertNoSecret(t, "run log", log.String())

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 // ErrorClass is the kind of a failed run. Its value is the CamelCase reason shown to users in
@@ -58,9 +60,6 @@ type Diagnostic struct {
 	Detail   string `json:"detail,omitempty"`
 	Address  string `json:"address,omitempty"`
 }
-
-// maxMessageLen bounds RunError.Message.
-const maxMessageLen = 300
 
 // lockSummary is the summary of the diagnostic tofu emits when it cannot take the state lock
 // (internal/command/clistate/state.go), for every backend.
@@ -281,7 +280,7 @@ func (d Diagnostic) text() string {
 		// the end of that the most.
 		if _, output, ok := strings.Cut(d.Detail, localExecOutput); ok {
 			output = strings.Join(strings.Fields(output), " ")
-			if tailLen := maxMessageLen - len(localExecSummary) - 8; len(output) > tailLen {
+			if tailLen := v1alpha1.MaxMessageLength - len(localExecSummary) - 8; len(output) > tailLen {
 				start := len(output) - tailLen
 				for start < len(output) && !utf8.RuneStart(output[start]) {
 					start++
@@ -298,20 +297,5 @@ func (d Diagnostic) text() string {
 }
 
 func newRunError(class ErrorClass, msg string) *RunError {
-	return &RunError{Class: class, Message: oneLine(msg, maxMessageLen)}
-}
-
-// oneLine collapses whitespace runs (newlines included) to single spaces and cuts s to at
-// most limit bytes on a rune boundary, marking a cut with an ellipsis.
-func oneLine(s string, limit int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= limit {
-		return s
-	}
-	const ellipsis = "…"
-	cut := limit - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	return &RunError{Class: class, Message: v1alpha1.ShortMessage(msg)}
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 // exitErr stands for what tfexec returns when tofu exits with status 1.
@@ -100,7 +102,7 @@ func TestClassifyFixtures(t *testing.T) {
 			if got == nil || got.Class != want {
 				t.Fatalf("Classify() = %v, want class %s", got, want)
 			}
-			if got.Message == "" || strings.Contains(got.Message, "\n") || len(got.Message) > maxMessageLen {
+			if got.Message == "" || strings.Contains(got.Message, "\n") || len(got.Message) > v1alpha1.MaxMessageLength {
 				t.Errorf("message %q is not one bounded line", got.Message)
 			}
 			if !strings.HasPrefix(got.Message, diags[0].Summary) {
@@ -166,7 +168,7 @@ func TestClassify(t *testing.T) {
 
 func TestClassifyBoundsMessage(t *testing.T) {
 	got := Classify([]Diagnostic{{Severity: "error", Summary: "boom", Detail: strings.Repeat("é\n", 400)}}, exitErr)
-	if len(got.Message) > maxMessageLen || strings.Contains(got.Message, "\n") || !strings.HasSuffix(got.Message, "…") {
+	if len(got.Message) > v1alpha1.MaxMessageLength || strings.Contains(got.Message, "\n") || !strings.HasSuffix(got.Message, "…") {
 		t.Errorf("message (%d bytes) = %q", len(got.Message), got.Message)
 	}
 }

@@ -118,7 +118,7 @@ func (c *jobCluster) executor() *JobExecutor {
 		Command:            []string{"fulfiller"}, // the test binary takes Main's flags directly
 		ServiceAccountName: "fulfiller-runner",
 		Grace:              20 * time.Second,
-		MaxConcurrent:      8,
+		Limiter:            NewLimiter(MaxRuns(8)),
 		NodeSelector:       map[string]string{runnerNodeLabel: "true"},
 	}
 }
@@ -143,9 +143,9 @@ func (c *jobCluster) kubectlLogs(t *testing.T, job string, flags ...string) (str
 func TestJobExecutorContract(t *testing.T) {
 	c := startJobCluster(t)
 	t.Run("Contract", func(t *testing.T) {
-		executorContract(t, contract{
-			newExecutor: func(*testing.T) Executor { return c.executor() },
-			logs: func(t *testing.T, st RunStatus) string {
+		ExecutorContract(t, Contract{
+			NewExecutor: func(*testing.T) Executor { return c.executor() },
+			Logs: func(t *testing.T, st RunStatus) string {
 				name, ok := strings.CutPrefix(st.LogPath, "job/")
 				if !ok {
 					t.Fatalf("log path %q", st.LogPath)
@@ -153,12 +153,12 @@ func TestJobExecutorContract(t *testing.T) {
 				out, _ := c.kubectlLogs(t, name)
 				return out
 			},
-			cancelledGone: true,
-			requestExists: func(t *testing.T, _ Executor, run string) bool {
+			CancelledGone: true,
+			RequestExists: func(t *testing.T, _ Executor, run string) bool {
 				_, err := c.client.CoreV1().Secrets(c.namespace).Get(context.Background(), run, metav1.GetOptions{})
 				return err == nil
 			},
-			runnerPod: func(t *testing.T, run string) string {
+			RunnerPod: func(t *testing.T, run string) string {
 				pods, err := c.client.CoreV1().Pods(c.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: jobNameLabel + "=" + run})
 				if err != nil || len(pods.Items) != 1 {
 					t.Fatalf("pods of run %s: %v (%d)", run, err, len(pods.Items))
@@ -275,8 +275,8 @@ func testJobObjects(t *testing.T, c *jobCluster) {
 func testJobDeadline(t *testing.T, c *jobCluster) {
 	ctx := context.Background()
 	e := c.executor()
-	e.ApplyDeadline = 3 * time.Second
-	e.MaxConcurrent = 1
+	e.Backstop = 3 * time.Second
+	e.Limiter = NewLimiter(MaxRuns(1))
 	eventually(t, 30*time.Second, "the contract's Jobs to finish", func() bool {
 		n, err := e.inProgress(ctx)
 		return err == nil && n == 0

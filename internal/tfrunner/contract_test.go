@@ -12,34 +12,97 @@ import (
 	"time"
 )
 
-// contract is what executorContract needs to know about an executor.
-type contract struct {
-	// newExecutor returns an executor for one subtest (they run in parallel; run names are
+// Contract is what ExecutorContract needs to know about an executor. It is exported (in a
+// test file) for the fake executor's run of the suite, in package tfrunner_test.
+type Contract struct {
+	// NewExecutor returns an executor for one subtest (they run in parallel; run names are
 	// unique within the suite).
-	newExecutor func(t *testing.T) Executor
-	// logs returns the run log of a run the way its users read it.
-	logs func(t *testing.T, st RunStatus) string
-	// cancelledGone: after Cancel the run no longer exists (ErrRunNotFound) instead of
+	NewExecutor func(t *testing.T) Executor
+	// Logs returns the run log of a run the way its users read it.
+	Logs func(t *testing.T, st RunStatus) string
+	// CancelledGone: after Cancel the run no longer exists (ErrRunNotFound) instead of
 	// reporting Failed with class Cancelled.
-	cancelledGone bool
-	// runnerPod returns the name of a run's runner pod, for executors that have pods.
-	runnerPod func(t *testing.T, run string) string
-	// requestExists reports whether the run's request (with its user data and credentials)
+	CancelledGone bool
+	// RunnerPod returns the name of a run's runner pod, for executors that have pods.
+	RunnerPod func(t *testing.T, run string) string
+	// RequestExists reports whether the run's request (with its user data and credentials)
 	// is still stored where the executor put it for the runner.
-	requestExists func(t *testing.T, e Executor, run string) bool
+	RequestExists func(t *testing.T, e Executor, run string) bool
+	// Script is set for an executor that runs no tofu (the fake): it tells the executor how
+	// the run of req goes, where the suite's module would behave as b. The suite then checks
+	// what the executor itself does (phases, idempotent starts, cancelling, deadlines, claim
+	// ownership, requests removed, lock attribution), not what the module did. Nil for the
+	// executors that run tofu: their requests carry b to the module.
+	Script func(t *testing.T, e Executor, req Request, b Behaviour)
 }
 
-// executorContract is the behaviour every Executor shows: the same requests give the same
-// results whether a run is a child process or a Kubernetes Job.
-func executorContract(t *testing.T, c contract) {
+// Behaviour is how the suite's module behaves in a run.
+type Behaviour struct {
+	// Fail: the run fails with this class (the module's simulated API error, or a broken
+	// module).
+	Fail ErrorClass
+	// Hold: the module sits in its provisioner, holding the state lock, for a long while.
+	Hold bool
+	// StopDelay: once interrupted, the run takes this long to stop.
+	StopDelay time.Duration
+}
+
+// runsTofu reports whether the executor runs the suite's module with tofu.
+func (c Contract) runsTofu() bool { return c.Script == nil }
+
+// request is the suite's request name of the module (params select its behaviour in tofu),
+// scripted to behave as b for an executor that runs no tofu.
+func (c Contract) request(t *testing.T, e Executor, name, module, state string, params map[string]string, b Behaviour) Request {
+	t.Helper()
+	req := nodeRequest(t, name, module, state, params)
+	if b.StopDelay > 0 {
+		req.TofuPath = slowStopTofu(t, b.StopDelay)
+	}
+	if c.Script != nil {
+		c.Script(t, e, req, b)
+	}
+	return req
+}
+
+// provisioning waits until the run is in its module's provisioner, holding its state lock
+// (lockInfo; for an executor that runs no tofu, until it runs).
+func (c Contract) provisioning(t *testing.T, e Executor, name, lockInfo string) {
+	t.Helper()
+	eventually(t, 90*time.Second, "run "+name+" to provision, holding the lock", func() bool {
+		st, err := e.Status(context.Background(), name, "")
+		if err != nil || st.Phase != RunRunning {
+			return false
+		}
+		if !c.runsTofu() {
+			return true
+		}
+		_, err = os.Stat(lockInfo)
+		return err == nil && provisioning(c.Logs(t, st))
+	})
+}
+
+// lockReleased checks that tofu released the state lock whose info file is lockInfo.
+func (c Contract) lockReleased(t *testing.T, what, lockInfo string) {
+	t.Helper()
+	if !c.runsTofu() {
+		return
+	}
+	if _, err := os.Stat(lockInfo); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the state lock %s was not released: %v", what, err)
+	}
+}
+
+// ExecutorContract is the behaviour every Executor shows: the same requests give the same
+// results whether a run is a child process or a Kubernetes Job, and the fake behaves alike.
+func ExecutorContract(t *testing.T, c Contract) {
 	ctx := context.Background()
 
 	t.Run("ApplyOutputsDestroy", func(t *testing.T) {
 		t.Parallel()
-		e := c.newExecutor(t)
+		e := c.NewExecutor(t)
 		state := filepath.Join(t.TempDir(), "state.tfstate")
 		record := t.TempDir()
-		req := nodeRequest(t, "contract-a-apply-1", "node", state, map[string]string{"record_dir": record})
+		req := c.request(t, e, "contract-a-apply-1", "node", state, map[string]string{"record_dir": record}, Behaviour{})
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -53,39 +116,47 @@ func executorContract(t *testing.T, c contract) {
 		}
 		st := waitDone(t, e, req.Name)
 		if st.Phase != RunSucceeded || st.Result == nil || !st.Result.Succeeded {
-			t.Fatalf("apply: %+v %+v\n%s", st, st.Result, c.logs(t, st))
+			t.Fatalf("apply: %+v %+v\n%s", st, st.Result, c.Logs(t, st))
 		}
 		if !st.StartTime.Equal(first.StartTime) {
 			t.Errorf("start time moved from %s to %s: a second run?", first.StartTime, st.StartTime)
 		}
 		// The request held the user data: gone once the run has finished, while the log stays.
-		if c.requestExists(t, e, req.Name) {
+		if c.RequestExists(t, e, req.Name) {
 			t.Errorf("the request of finished run %s is still stored", req.Name)
 		}
 		res := st.Result
-		if !strings.HasPrefix(res.ProviderID, "sim://contract-a-apply-1/") || res.NodeName != "contract-a-apply-1" ||
-			len(res.Addresses) != 2 || string(res.Outputs["node_name"]) != `"contract-a-apply-1"` || res.Operation != Apply {
+		if res.ProviderID == "" || res.NodeName != "contract-a-apply-1" || res.Operation != Apply {
 			t.Errorf("result: %+v", res)
 		}
-		if data, err := os.ReadFile(filepath.Join(record, "user_data")); err != nil || string(data) != testUserData {
-			t.Errorf("the module saw user data %q (%v)", data, err)
+		if c.runsTofu() {
+			if !strings.HasPrefix(res.ProviderID, "sim://contract-a-apply-1/") || len(res.Addresses) != 2 ||
+				string(res.Outputs["node_name"]) != `"contract-a-apply-1"` {
+				t.Errorf("result: %+v", res)
+			}
+			if data, err := os.ReadFile(filepath.Join(record, "user_data")); err != nil || string(data) != testUserData {
+				t.Errorf("the module saw user data %q (%v)", data, err)
+			}
+			log := c.Logs(t, st)
+			if !strings.Contains(log, `"type":"apply_complete"`) || !strings.Contains(log, "apply of run contract-a-apply-1 succeeded") {
+				t.Errorf("run log:\n%s", log)
+			}
+			assertNoSecret(t, "run log", log)
 		}
-		log := c.logs(t, st)
-		if !strings.Contains(log, `"type":"apply_complete"`) || !strings.Contains(log, "apply of run contract-a-apply-1 succeeded") {
-			t.Errorf("run log:\n%s", log)
-		}
-		assertNoSecret(t, "run log", log)
 
 		destroy := nodeRequest(t, "contract-a-destroy-1", "node", state, map[string]string{"record_dir": record})
 		destroy.Operation = Destroy
+		if c.Script != nil {
+			c.Script(t, e, destroy, Behaviour{})
+		}
 		if err := e.Start(ctx, destroy); err != nil {
 			t.Fatal(err)
 		}
 		st = waitDone(t, e, destroy.Name)
 		if st.Phase != RunSucceeded || st.Result.Operation != Destroy || st.Result.ProviderID != "" {
-			t.Fatalf("destroy: %+v %+v\n%s", st, st.Result, c.logs(t, st))
+			t.Fatalf("destroy: %+v %+v\n%s", st, st.Result, c.Logs(t, st))
 		}
-		if _, err := os.Stat(filepath.Join(record, "destroyed")); err != nil {
+		if _, err := os.Stat(filepath.Join(record, "destroyed")); c.runsTofu() && err != nil {
 			t.Errorf("the destroy provisioner did not run: %v", err)
 		}
 	})
@@ -102,20 +173,20 @@ func executorContract(t *testing.T, c contract) {
 	for _, f := range failures {
 		t.Run(string(f.class), func(t *testing.T) {
 			t.Parallel()
-			e := c.newExecutor(t)
-			req := nodeRequest(t, f.name, f.module, filepath.Join(t.TempDir(), "state.tfstate"), f.params)
+			e := c.NewExecutor(t)
+			req := c.request(t, e, f.name, f.module, filepath.Join(t.TempDir(), "state.tfstate"), f.params, Behaviour{Fail: f.class})
 			if err := e.Start(ctx, req); err != nil {
 				t.Fatal(err)
 			}
 			st := waitDone(t, e, req.Name)
 			if st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != f.class ||
 				st.Result.Succeeded || st.Result.ProviderID != "" {
-				t.Fatalf("status: %+v %+v\n%s", st, st.Result, c.logs(t, st))
+				t.Fatalf("status: %+v %+v\n%s", st, st.Result, c.Logs(t, st))
 			}
 			if st.Result.Error.Message == "" || strings.Contains(st.Result.Error.Message, "\n") {
 				t.Errorf("message %q", st.Result.Error.Message)
 			}
-			if c.requestExists(t, e, req.Name) {
+			if c.RequestExists(t, e, req.Name) {
 				t.Errorf("the request of failed run %s is still stored", req.Name)
 			}
 		})
@@ -123,29 +194,20 @@ func executorContract(t *testing.T, c contract) {
 
 	t.Run("Cancel", func(t *testing.T) {
 		t.Parallel()
-		e := c.newExecutor(t)
+		e := c.NewExecutor(t)
 		state := filepath.Join(t.TempDir(), "state.tfstate")
-		req := nodeRequest(t, "contract-d-apply-1", "node", state, map[string]string{"sleep_seconds": "60"})
+		req := c.request(t, e, "contract-d-apply-1", "node", state, map[string]string{"sleep_seconds": "60"}, Behaviour{Hold: true})
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		lockInfo := filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")
-		eventually(t, 60*time.Second, "the run to provision, holding the lock", func() bool {
-			st, err := e.Status(ctx, req.Name, "")
-			if err != nil || st.Phase != RunRunning {
-				return false
-			}
-			_, err = os.Stat(lockInfo)
-			return err == nil && provisioning(c.logs(t, st))
-		})
+		c.provisioning(t, e, req.Name, lockInfo)
 		if err := e.Cancel(ctx, req.Name, ""); err != nil {
 			t.Fatal(err)
 		}
 		waitEnded(t, e, req.Name)
-		if _, err := os.Stat(lockInfo); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the state lock was not released: %v", err)
-		}
-		if c.cancelledGone {
+		c.lockReleased(t, "of the cancelled run", lockInfo)
+		if c.CancelledGone {
 			eventually(t, time.Minute, "the cancelled run to be gone", func() bool {
 				_, err := e.Status(ctx, req.Name, "")
 				return errors.Is(err, ErrRunNotFound)
@@ -153,7 +215,7 @@ func executorContract(t *testing.T, c contract) {
 		}
 		st, err := e.Status(ctx, req.Name, "")
 		switch {
-		case c.cancelledGone:
+		case c.CancelledGone:
 			if !errors.Is(err, ErrRunNotFound) {
 				t.Errorf("status after cancel: %+v, %v; want ErrRunNotFound", st, err)
 			}
@@ -169,29 +231,26 @@ func executorContract(t *testing.T, c contract) {
 	// started, found, and its state lock attributed to it while it runs and once it is gone.
 	t.Run("LongName", func(t *testing.T) {
 		t.Parallel()
-		e := c.newExecutor(t)
+		e := c.NewExecutor(t)
 		name := RunName("contract-f-"+strings.Repeat("l", 52), Apply, 1)
 		if len(name) != 63 {
 			t.Fatalf("run name %q has %d characters", name, len(name))
 		}
 		state := filepath.Join(t.TempDir(), "state.tfstate")
-		req := nodeRequest(t, name, "node", state, map[string]string{"sleep_seconds": "20"})
+		req := c.request(t, e, name, "node", state, map[string]string{"sleep_seconds": "20"}, Behaviour{Hold: true})
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		lockInfo := filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")
-		eventually(t, 60*time.Second, "the run to provision, holding the lock", func() bool {
-			st, err := e.Status(ctx, name, "")
-			if err != nil || st.Phase != RunRunning {
-				return false
-			}
-			_, err = os.Stat(lockInfo)
-			return err == nil && provisioning(c.logs(t, st))
-		})
-		owner := readLockOwner(t, lockInfo)
-		if c.runnerPod != nil {
+		c.provisioning(t, e, name, lockInfo)
+		// tofu records user@hostname; a runner's hostname is its run's name.
+		owner := LockOwner{Who: "fulfiller@" + name, Created: time.Now()}
+		if c.runsTofu() {
+			owner = readLockOwner(t, lockInfo)
+		}
+		if c.RunnerPod != nil {
 			// The Job controller cuts a long Job name short in its pod's name.
-			pod := c.runnerPod(t, name)
+			pod := c.RunnerPod(t, name)
 			if strings.HasPrefix(pod, name+"-") || len(pod) > 63 {
 				t.Errorf("runner pod %q of run %s", pod, name)
 			}
@@ -222,8 +281,8 @@ func executorContract(t *testing.T, c contract) {
 	// again): that run is not this claim's to adopt, read or cancel.
 	t.Run("OtherClaim", func(t *testing.T) {
 		t.Parallel()
-		e := c.newExecutor(t)
-		req := nodeRequest(t, "contract-g-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
+		e := c.NewExecutor(t)
+		req := c.request(t, e, "contract-g-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil, Behaviour{})
 		req.Labels = map[string]string{LabelNodeClaimUID: "uid-old"}
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
@@ -255,29 +314,20 @@ func executorContract(t *testing.T, c contract) {
 	// free for other claims' joins. Status says the runs are stopping until they have ended.
 	t.Run("CancelDoesNotBlock", func(t *testing.T) {
 		t.Parallel()
-		e := c.newExecutor(t)
+		e := c.NewExecutor(t)
 		const stopDelay = 10 * time.Second
-		tofu := slowStopTofu(t, stopDelay)
 		names := []string{"contract-h-apply-1", "contract-i-apply-1", "contract-j-apply-1"}
 		locks := map[string]string{}
 		for _, name := range names {
 			state := filepath.Join(t.TempDir(), "state.tfstate")
-			req := nodeRequest(t, name, "node", state, map[string]string{"sleep_seconds": "60"})
-			req.TofuPath = tofu
+			req := c.request(t, e, name, "node", state, map[string]string{"sleep_seconds": "60"}, Behaviour{Hold: true, StopDelay: stopDelay})
 			if err := e.Start(ctx, req); err != nil {
 				t.Fatal(err)
 			}
 			locks[name] = filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")
 		}
 		for _, name := range names {
-			eventually(t, 90*time.Second, "run "+name+" to provision, holding the lock", func() bool {
-				st, err := e.Status(ctx, name, "")
-				if err != nil || st.Phase != RunRunning {
-					return false
-				}
-				_, err = os.Stat(locks[name])
-				return err == nil && provisioning(c.logs(t, st))
-			})
+			c.provisioning(t, e, name, locks[name])
 		}
 		// Two workers, fewer than the claims being deleted; the join comes last.
 		work := make(chan func(), len(names)+1)
@@ -325,34 +375,30 @@ func executorContract(t *testing.T, c contract) {
 		}
 		for _, name := range names {
 			waitEnded(t, e, name)
-			if _, err := os.Stat(locks[name]); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("the state lock of %s was not released: %v", name, err)
-			}
+			c.lockReleased(t, "of "+name, locks[name])
 		}
 	})
 
 	t.Run("Deadline", func(t *testing.T) {
 		t.Parallel()
-		e := c.newExecutor(t)
+		e := c.NewExecutor(t)
 		state := filepath.Join(t.TempDir(), "state.tfstate")
-		req := nodeRequest(t, "contract-e-apply-1", "node", state, map[string]string{"sleep_seconds": "60"})
+		req := c.request(t, e, "contract-e-apply-1", "node", state, map[string]string{"sleep_seconds": "60"}, Behaviour{Hold: true})
 		req.Deadline = 6 * time.Second
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		st := waitDone(t, e, req.Name)
 		if st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != Timeout {
-			t.Fatalf("a run past its deadline: %+v %+v\n%s", st, st.Result, c.logs(t, st))
+			t.Fatalf("a run past its deadline: %+v %+v\n%s", st, st.Result, c.Logs(t, st))
 		}
 		// The runner interrupted tofu, which released the lock.
-		if _, err := os.Stat(filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info")); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the state lock was not released: %v", err)
-		}
+		c.lockReleased(t, "of the run past its deadline", filepath.Join(filepath.Dir(state), ".state.tfstate.lock.info"))
 	})
 
 	t.Run("UnknownRun", func(t *testing.T) {
 		t.Parallel()
-		e := c.newExecutor(t)
+		e := c.NewExecutor(t)
 		if _, err := e.Status(ctx, "contract-nope-apply-1", ""); !errors.Is(err, ErrRunNotFound) {
 			t.Errorf("status: %v", err)
 		}
@@ -408,19 +454,19 @@ func waitDone(t *testing.T, e Executor, name string) RunStatus {
 }
 
 func TestLocalExecutorContract(t *testing.T) {
-	executorContract(t, contract{
-		newExecutor: func(t *testing.T) Executor {
+	ExecutorContract(t, Contract{
+		NewExecutor: func(t *testing.T) Executor {
 			dir := t.TempDir()
 			killRunners(t, dir)
 			e := testExecutor(t, dir)
-			e.MaxConcurrent = 4
+			e.Limiter = NewLimiter(MaxRuns(4))
 			return e
 		},
-		logs: func(t *testing.T, st RunStatus) string {
+		Logs: func(t *testing.T, st RunStatus) string {
 			data, _ := os.ReadFile(st.LogPath)
 			return string(data)
 		},
-		requestExists: func(t *testing.T, e Executor, run string) bool {
+		RequestExists: func(t *testing.T, e Executor, run string) bool {
 			_, err := os.Stat(filepath.Join(e.(*LocalExecutor).Dir, run, RequestFileName))
 			return err == nil
 		},

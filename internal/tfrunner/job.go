@@ -9,7 +9,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -20,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 // Labels on runner Jobs, their pods and their request Secrets.
@@ -82,8 +83,9 @@ const (
 // The Job has no retries (backoffLimit 0: the controller decides), a deadline per operation,
 // a grace period longer than tofu's interrupt grace, and stays for TTLAfterFinished once done
 // so its log can be read. All state is in the API server, so a restarted controller finds its
-// runs with a new JobExecutor. At most MaxConcurrent Jobs labelled managed-by fulfiller are
-// active in Namespace; Start returns ErrBusy beyond that.
+// runs with a new JobExecutor. Runs start through Limiter, which counts the active Jobs
+// labelled managed-by fulfiller in Namespace; Start returns an *AdmissionError (ErrBusy) when
+// it refuses one.
 type JobExecutor struct {
 	Client    kubernetes.Interface
 	Namespace string
@@ -102,16 +104,18 @@ type JobExecutor struct {
 	// Resources of the runner container (default: requests 100m CPU, 256Mi memory; limit
 	// 1Gi memory).
 	Resources *corev1.ResourceRequirements
-	// ApplyDeadline and DestroyDeadline bound a run (activeDeadlineSeconds; default
-	// DefaultJobDeadline). A run past it fails with class Timeout.
-	ApplyDeadline, DestroyDeadline time.Duration
+	// Backstop is the activeDeadlineSeconds of a run whose request has no deadline of its
+	// own (default DefaultJobDeadline); a run past it fails with class Timeout. The
+	// fulfiller's requests always have one (Request.Deadline), and their Job's backstop is
+	// that plus the grace period.
+	Backstop time.Duration
 	// TTLAfterFinished is how long a finished Job (and its log) stays (default
 	// DefaultTTLAfterFinished).
 	TTLAfterFinished time.Duration
 	// Grace is the pod's termination grace period (default TofuInterruptGrace + 30s).
 	Grace time.Duration
-	// MaxConcurrent bounds active runs (default DefaultMaxConcurrent).
-	MaxConcurrent int
+	// Limiter admits new runs (default: its own, DefaultMaxConcurrent at once).
+	Limiter *Limiter
 	// NodeSelector and Tolerations place runner pods.
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
@@ -120,7 +124,14 @@ type JobExecutor struct {
 	// group.
 	User int64
 
-	mu sync.Mutex // serialises Start's count and create
+	ownLimiter Limiter
+}
+
+func (e *JobExecutor) limiter() *Limiter {
+	if e.Limiter != nil {
+		return e.Limiter
+	}
+	return &e.ownLimiter
 }
 
 var _ Executor = (*JobExecutor)(nil)
@@ -132,21 +143,17 @@ func (e *JobExecutor) grace() time.Duration {
 	return TofuInterruptGrace + 30*time.Second
 }
 
-// deadline is the Job's activeDeadlineSeconds: the executor's per-operation bound or, for a
-// request with a deadline of its own (which the runner enforces by interrupting tofu), that
-// plus the grace period, so that the runner's own ending comes first.
+// deadline is the Job's activeDeadlineSeconds: the request's deadline (which the runner
+// enforces by interrupting tofu) plus the grace period, so that the runner's own ending comes
+// first; Backstop for a request without one.
 func (e *JobExecutor) deadline(req Request) time.Duration {
 	if req.Deadline > 0 {
 		return req.Deadline + e.grace()
 	}
-	d := e.ApplyDeadline
-	if req.Operation == Destroy {
-		d = e.DestroyDeadline
+	if e.Backstop > 0 {
+		return e.Backstop
 	}
-	if d <= 0 {
-		d = DefaultJobDeadline
-	}
-	return d
+	return DefaultJobDeadline
 }
 
 // Start implements Executor. Request.WorkDir is replaced by the Job's working folder; a
@@ -157,32 +164,36 @@ func (e *JobExecutor) Start(ctx context.Context, req Request) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	jobs := e.Client.BatchV1().Jobs(e.Namespace)
-	job, err := jobs.Get(ctx, req.Name, metav1.GetOptions{})
-	if err == nil {
-		if err := checkOwner(req.Name, job.Labels, req.Labels[LabelNodeClaimUID]); err != nil {
-			return err
-		}
-		if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
-			return nil
-		}
-		return e.ensureSecret(ctx, job, req) // a Start that stopped between the two
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading Job %s: %w", req.Name, err)
-	}
-	limit := e.MaxConcurrent
-	if limit <= 0 {
-		limit = DefaultMaxConcurrent
-	}
-	if n, err := e.inProgress(ctx); err != nil {
-		return err
-	} else if n >= limit {
-		return fmt.Errorf("starting run %s: %w (%d of %d)", req.Name, ErrBusy, n, limit)
-	}
-	job, err = jobs.Create(ctx, e.job(req), metav1.CreateOptions{})
+	return e.limiter().Start(ctx, req, StartSteps{
+		Exists: func(ctx context.Context) (bool, error) {
+			job, err := jobs.Get(ctx, req.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return false, nil
+			case err != nil:
+				return false, fmt.Errorf("reading Job %s: %w", req.Name, err)
+			}
+			if err := CheckOwner(req.Name, job.Labels, req.Labels[LabelNodeClaimUID]); err != nil {
+				return true, err
+			}
+			if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
+				return true, nil
+			}
+			return true, e.ensureSecret(ctx, job, req) // a Start that stopped between the two
+		},
+		Load: func(ctx context.Context) (Load, error) {
+			n, err := e.inProgress(ctx)
+			return Load{Runs: n}, err
+		},
+		Create: func(ctx context.Context) error { return e.create(ctx, req) },
+	})
+}
+
+// create creates the run's Job and its request Secret.
+func (e *JobExecutor) create(ctx context.Context, req Request) error {
+	jobs := e.Client.BatchV1().Jobs(e.Namespace)
+	job, err := jobs.Create(ctx, e.job(req), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		job, err = jobs.Get(ctx, req.Name, metav1.GetOptions{})
 	}
@@ -364,7 +375,7 @@ func (e *JobExecutor) Status(ctx context.Context, name, claimUID string) (RunSta
 	if err != nil {
 		return RunStatus{}, fmt.Errorf("reading Job %s: %w", name, err)
 	}
-	if err := checkOwner(name, job.Labels, claimUID); err != nil {
+	if err := CheckOwner(name, job.Labels, claimUID); err != nil {
 		return RunStatus{}, err
 	}
 	st := RunStatus{Name: name, Phase: RunPending, LogPath: "job/" + name, StartTime: job.CreationTimestamp.UTC()}
@@ -528,7 +539,7 @@ func (e *JobExecutor) Cancel(ctx context.Context, name, claimUID string) error {
 	if err != nil {
 		return fmt.Errorf("reading Job %s: %w", name, err)
 	}
-	if err := checkOwner(name, job.Labels, claimUID); err != nil {
+	if err := CheckOwner(name, job.Labels, claimUID); err != nil {
 		return err
 	}
 	if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
@@ -576,7 +587,7 @@ func TerminationMessage(res Result) ([]byte, error) {
 		return data, err
 	}
 	if res.Error != nil {
-		res.Error = &RunError{Class: res.Error.Class, Message: oneLine(res.Error.Message, 100)}
+		res.Error = &RunError{Class: res.Error.Class, Message: v1alpha1.ShortenTo(res.Error.Message, 100)}
 	}
 	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
 		return data, err

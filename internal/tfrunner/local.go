@@ -13,10 +13,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 )
 
@@ -82,10 +82,10 @@ var (
 	ErrOtherClaimsRun = errors.New("the run belongs to another claim")
 )
 
-// checkOwner returns ErrOtherClaimsRun when a run labelled with labels belongs to a claim
+// CheckOwner returns ErrOtherClaimsRun when a run labelled with labels belongs to a claim
 // other than claimUID. A run without the label (made before runs were labelled) and an empty
 // claimUID match.
-func checkOwner(name string, labels map[string]string, claimUID string) error {
+func CheckOwner(name string, labels map[string]string, claimUID string) error {
 	theirs := labels[LabelNodeClaimUID]
 	if claimUID == "" || theirs == "" || theirs == claimUID {
 		return nil
@@ -112,9 +112,6 @@ type runInfo struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 }
 
-// DefaultMaxConcurrent bounds local runs when LocalExecutor.MaxConcurrent is 0.
-const DefaultMaxConcurrent = 4
-
 // startWindow is how long a run folder without a pid file counts as being started (by
 // another executor instance) before it is reported as failed.
 const startWindow = 30 * time.Second
@@ -125,8 +122,9 @@ const startWindow = 30 * time.Second
 // when the executor's process exits: a new LocalExecutor on the same Dir finds them through
 // <dir>/pid and /proc (Linux only).
 //
-// At most MaxConcurrent runs go on at once, counted over Dir (so adopted runs count); Start
-// returns ErrBusy beyond that and the caller retries later.
+// Runs start through Limiter, which counts the runs in progress over Dir (so adopted runs
+// count); Start returns an *AdmissionError (ErrBusy) when it refuses one, and the caller
+// retries later.
 type LocalExecutor struct {
 	// Dir holds one folder per run.
 	Dir string
@@ -137,13 +135,13 @@ type LocalExecutor struct {
 	// Grace is how long Cancel waits after SIGINT before it kills the runner (default
 	// TofuInterruptGrace + 30s, so tofu's own grace ends first).
 	Grace time.Duration
-	// MaxConcurrent bounds runs in progress (default DefaultMaxConcurrent).
-	MaxConcurrent int
+	// Limiter admits new runs (default: its own, DefaultMaxConcurrent at once).
+	Limiter *Limiter
 	// CacheDir is the module cache the runs share (Request.CacheDir; default
 	// Dir/.module-cache, which no run name can take).
 	CacheDir string
 
-	mu sync.Mutex // serialises Start
+	ownLimiter Limiter
 }
 
 var _ Executor = (*LocalExecutor)(nil)
@@ -186,20 +184,30 @@ func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, err := os.Stat(dir); err == nil {
-		return checkOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
+	return e.limiter().Start(ctx, req, StartSteps{
+		Exists: func(context.Context) (bool, error) {
+			if _, err := os.Stat(dir); err != nil {
+				return false, nil
+			}
+			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
+		},
+		Load: func(context.Context) (Load, error) {
+			n, err := e.inProgress()
+			return Load{Runs: n}, err
+		},
+		Create: func(context.Context) error { return e.create(dir, req) },
+	})
+}
+
+func (e *LocalExecutor) limiter() *Limiter {
+	if e.Limiter != nil {
+		return e.Limiter
 	}
-	limit := e.MaxConcurrent
-	if limit <= 0 {
-		limit = DefaultMaxConcurrent
-	}
-	if n, err := e.inProgress(); err != nil {
-		return err
-	} else if n >= limit {
-		return fmt.Errorf("starting run %s: %w (%d of %d)", req.Name, ErrBusy, n, limit)
-	}
+	return &e.ownLimiter
+}
+
+// create makes the run's folder and starts its runner.
+func (e *LocalExecutor) create(dir string, req Request) error {
 	if err := os.MkdirAll(e.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating runs folder: %w", err)
 	}
@@ -288,7 +296,7 @@ func (e *LocalExecutor) Status(ctx context.Context, name, claimUID string) (RunS
 		return RunStatus{}, fmt.Errorf("reading run %s: %w", name, err)
 	}
 	run := readRunInfo(dir)
-	if err := checkOwner(name, run.Labels, claimUID); err != nil {
+	if err := CheckOwner(name, run.Labels, claimUID); err != nil {
 		return RunStatus{}, err
 	}
 	st := RunStatus{Name: name, Phase: RunPending, LogPath: filepath.Join(dir, LogFileName), StartTime: info.ModTime()}
@@ -390,7 +398,7 @@ func (e *LocalExecutor) Cancel(_ context.Context, name, claimUID string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("run %s: %w", name, ErrRunNotFound)
 	}
-	if err := checkOwner(name, readRunInfo(dir).Labels, claimUID); err != nil {
+	if err := CheckOwner(name, readRunInfo(dir).Labels, claimUID); err != nil {
 		return err
 	}
 	pid, _, ok := readPID(dir)
@@ -468,7 +476,7 @@ func lastProgress(logPath string) string {
 			Module  string `json:"@module"`
 		}
 		if json.Unmarshal(lines[i], &msg) == nil && msg.Module == "tofu.ui" && msg.Message != "" {
-			return oneLine(msg.Message, maxMessageLen)
+			return v1alpha1.ShortMessage(msg.Message)
 		}
 	}
 	return ""

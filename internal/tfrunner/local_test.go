@@ -20,7 +20,7 @@ func testExecutor(t *testing.T, dir string) *LocalExecutor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &LocalExecutor{Dir: dir, Command: []string{exe}, Env: []string{mainEnv + "=1"}, Grace: 20 * time.Second, MaxConcurrent: 1}
+	e := &LocalExecutor{Dir: dir, Command: []string{exe}, Env: []string{mainEnv + "=1"}, Grace: 20 * time.Second, Limiter: NewLimiter(MaxRuns(1))}
 	return e
 }
 

@@ -91,7 +91,7 @@ type Result struct {
 // RunError is a classified failure.
 type RunError struct {
 	Class ErrorClass `json:"class"`
-	// Message is one line of at most maxMessageLen bytes.
+	// Message is one line of at most v1alpha1.MaxMessageLength bytes (v1alpha1.ShortMessage).
 	Message string `json:"message"`
 }
 

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 // TofuInterruptGrace is how long a cancelled run waits for tofu to stop after SIGINT (and
@@ -53,7 +55,7 @@ func Run(ctx context.Context, req Request, log io.Writer) Result {
 	if err != nil && ctx.Err() != nil {
 		// tfexec's error matches both context.Canceled and context.DeadlineExceeded; the
 		// context says which it was.
-		err = fmt.Errorf("%w (%s)", ctx.Err(), oneLine(err.Error(), maxMessageLen))
+		err = fmt.Errorf("%w (%s)", ctx.Err(), v1alpha1.ShortMessage(err.Error()))
 	}
 	out.flush()
 	res.Error = Classify(out.diagnostics(), err)
@@ -422,7 +424,7 @@ func readOutputs(outputs map[string]tfexec.OutputMeta, res *Result) error {
 		return fmt.Errorf("%w: the module has no output %s", ErrInvalidModule, OutputProviderID)
 	}
 	if err := json.Unmarshal(pid.Value, &res.ProviderID); err != nil || res.ProviderID == "" {
-		return fmt.Errorf("%w: output %s must be a non-empty string, got %s", ErrInvalidModule, OutputProviderID, oneLine(string(pid.Value), 80))
+		return fmt.Errorf("%w: output %s must be a non-empty string, got %s", ErrInvalidModule, OutputProviderID, v1alpha1.ShortenTo(string(pid.Value), 80))
 	}
 	if o, ok := outputs[OutputNodeName]; ok {
 		if err := json.Unmarshal(o.Value, &res.NodeName); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
@@ -179,7 +180,7 @@ func TestRunFailureClasses(t *testing.T) {
 			if res.Error.Class != tc.class || !strings.Contains(res.Error.Message, tc.want) {
 				t.Errorf("error = %v, want class %s with %q\n%s", res.Error, tc.class, tc.want, log.String())
 			}
-			if strings.Contains(res.Error.Message, "\n") || len(res.Error.Message) > maxMessageLen {
+			if strings.Contains(res.Error.Message, "\n") || len(res.Error.Message) > v1alpha1.MaxMessageLength {
 				t.Errorf("message is not one bounded line: %q", res.Error.Message)
 			}
 			if res.ProviderID != "" || res.Outputs != nil {

@@ -34,7 +34,7 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 	bin := buildFulfillerDev(b, dir)
 	simDir := filepath.Join(dir, "machines")
 	module := filepath.Join(root(), "modules", "sim")
-	executor := &tfrunner.LocalExecutor{Dir: filepath.Join(dir, "runs"), Command: []string{bin, "run"}, MaxConcurrent: 1}
+	executor := &tfrunner.LocalExecutor{Dir: filepath.Join(dir, "runs"), Command: []string{bin, "run"}, Limiter: tfrunner.NewLimiter(tfrunner.MaxRuns(1))}
 
 	vars := func(name string) map[string]any {
 		return map[string]any{

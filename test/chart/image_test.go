@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
 )
 
 // The image cannot be built here (no container engine). These tests check what it is made

@@ -60,7 +60,6 @@ func TestDefaults(t *testing.T) {
 		"FULFILLER_RUNNER_IMAGE_PULL_POLICY": "IfNotPresent",
 		"FULFILLER_RUNNER_SERVICE_ACCOUNT":   "fulfiller-runner",
 		"FULFILLER_RUNNER_TTL":               "24h",
-		"FULFILLER_APPLY_DEADLINE":           "30m",
 		"FULFILLER_DESTROY_DEADLINE":         "30m",
 		"FULFILLER_MAX_CONCURRENT_RUNS":      "8",
 		"FULFILLER_RUNNER_NODE_SELECTOR":     "{}",
@@ -88,7 +87,7 @@ func TestDefaults(t *testing.T) {
 	if q := runnerRes.Requests[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
 		t.Errorf("runner cpu request %s, want 100m", q.String())
 	}
-	for _, name := range []string{"FULFILLER_RUNNER_TTL", "FULFILLER_APPLY_DEADLINE", "FULFILLER_DESTROY_DEADLINE"} {
+	for _, name := range []string{"FULFILLER_RUNNER_TTL", "FULFILLER_DESTROY_DEADLINE"} {
 		if _, err := time.ParseDuration(envValue(t, env, name)); err != nil {
 			t.Errorf("env %s is not a Go duration: %v", name, err)
 		}
@@ -226,7 +225,6 @@ runner:
   serviceAccount: {name: tofu}
   ttl: 2h
   maxConcurrent: 3
-  applyDeadline: 45m
   destroyDeadline: 1h30m
   resources: {requests: {cpu: "1", memory: 2Gi}, limits: {memory: 4Gi}}
   nodeSelector: {node-role.kubernetes.io/infra: ""}
@@ -253,7 +251,6 @@ settings:
 		"FULFILLER_RUNNER_SERVICE_ACCOUNT":   "tofu",
 		"FULFILLER_RUNNER_TTL":               "2h",
 		"FULFILLER_MAX_CONCURRENT_RUNS":      "3",
-		"FULFILLER_APPLY_DEADLINE":           "45m",
 		"FULFILLER_DESTROY_DEADLINE":         "1h30m",
 		"FULFILLER_STATE_NAMESPACE":          "tofu-states",
 	}
@@ -344,7 +341,9 @@ func TestSchemaRejects(t *testing.T) {
 		{"stateEncryption.passphrase=hunter2", "/stateEncryption"},
 		{"settings.featureGates.NodeRepairs=true", "/settings/featureGates"},
 		{"runner.ttl=1day", "/runner/ttl"},
-		{"runner.applyDeadline=30", "/runner/applyDeadline"},
+		{"runner.destroyDeadline=30", "/runner/destroyDeadline"},
+		// An apply's deadline is its node type's deadlines.apply; the chart has none of its own.
+		{"runner.applyDeadline=30m", "additional properties 'applyDeadline' not allowed"},
 		{"runner.maxConcurrent=0", "/runner/maxConcurrent"},
 		{"logLevel=warn", "/logLevel"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},

@@ -21,7 +21,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 )
 
@@ -154,7 +153,7 @@ func TestGPULateDevicePlugin(t *testing.T) {
 	})
 	f := readyFulfillment(t, ctx, "gpu-late")
 	gpu := f.StatusConditions().Get(v1alpha1.ConditionGPUReady)
-	if !gpu.IsTrue() || gpu.Reason != claims.ReasonGateOpen {
+	if !gpu.IsTrue() || gpu.Reason != v1alpha1.ReasonGateOpen {
 		t.Errorf("GPUReady = %+v", gpu)
 	}
 	if f.Status.Stages.GPUReady == nil || f.Status.Stages.CNIReady == nil {
@@ -189,16 +188,16 @@ func TestGPUNeverRegistersIsReplaced(t *testing.T) {
 		return false, nil
 	})
 	gpu := late.StatusConditions().Get(v1alpha1.ConditionGPUReady)
-	if gpu.Reason != claims.ReasonGPUNotRegistered || gpu.Message != "nvidia.com/gpu allocatable 0 of 1 after 10s" {
+	if gpu.Reason != v1alpha1.ReasonGPUNotRegistered || gpu.Message != "nvidia.com/gpu allocatable 0 of 1 after 10s" {
 		t.Errorf("GPUReady = %s: %q, want GPUNotRegistered: \"nvidia.com/gpu allocatable 0 of 1 after 10s\"", gpu.Reason, gpu.Message)
 	}
-	if late.Status.Phase != claims.PhaseDegraded && late.Status.Phase != claims.PhaseDestroying {
+	if late.Status.Phase != v1alpha1.PhaseDegraded && late.Status.Phase != v1alpha1.PhaseDestroying {
 		t.Errorf("phase %s", late.Status.Phase)
 	}
 	eventually(t, ctx, 30*time.Second, "the timeout event on the fulfillment and the nodeclaim", func(ctx context.Context) (bool, error) {
 		kinds := map[string]bool{}
 		events := &corev1.EventList{}
-		if err := env.kube.List(ctx, events, client.MatchingFields{"involvedObject.name": late.Name, "reason": claims.ReasonGPUNotRegistered}); err != nil {
+		if err := env.kube.List(ctx, events, client.MatchingFields{"involvedObject.name": late.Name, "reason": v1alpha1.ReasonGPUNotRegistered}); err != nil {
 			return false, err
 		}
 		for _, e := range events.Items {
@@ -236,7 +235,7 @@ func TestSlowCNIKeepsNodeOutOfService(t *testing.T) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "cni-slow"}, 1)
 	})
 	f := readyFulfillment(t, ctx, "cni-slow")
-	if c := f.StatusConditions().Get(v1alpha1.ConditionGPUReady); c.Reason != claims.ReasonGateNotApplicable {
+	if c := f.StatusConditions().Get(v1alpha1.ConditionGPUReady); c.Reason != v1alpha1.ReasonGateNotApplicable {
 		t.Errorf("GPUReady of a type without GPUs = %+v", c)
 	}
 	assertGateOrder(t, ctx, f, f.Status.Stages.CNIReady, "cni-slow")

@@ -20,7 +20,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/claims"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 )
@@ -78,7 +77,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		if st.ApplyStarted == nil || st.Applied == nil || st.Registered == nil || st.Initialized == nil {
 			t.Errorf("fulfillment %s: missing stage times %+v", f.Name, st)
 		}
-		if f.Status.Phase != claims.PhaseReady || len(f.Status.Runs) != 1 || f.Status.Runs[0].Phase != v1alpha1.RunSucceeded {
+		if f.Status.Phase != v1alpha1.PhaseReady || len(f.Status.Runs) != 1 || f.Status.Runs[0].Phase != v1alpha1.RunSucceeded {
 			t.Errorf("fulfillment %s: phase %s runs %+v", f.Name, f.Status.Phase, f.Status.Runs)
 		}
 		node, err := cs.CoreV1().Nodes().Get(ctx, f.Status.NodeName, metav1.GetOptions{})
@@ -121,7 +120,7 @@ func TestScaleUpAndDown(t *testing.T) {
 			t.Errorf("kubectl get fulfillments lacks column %s:\n%s", col, out)
 		}
 	}
-	if strings.Count(out, claims.PhaseReady) < len(ffs) {
+	if strings.Count(out, v1alpha1.PhaseReady) < len(ffs) {
 		t.Errorf("kubectl get fulfillments does not show every claim Ready:\n%s", out)
 	}
 
@@ -248,7 +247,7 @@ func TestNeverJoinsIsCleanedUp(t *testing.T) {
 	eventually(t, ctx, 3*time.Minute, "a claim to time out joining and be destroyed", func(ctx context.Context) (bool, error) {
 		for _, f := range tr.byType("silent") {
 			joined := f.StatusConditions().Get(v1alpha1.ConditionJoined)
-			if joined != nil && joined.IsFalse() && joined.Reason == claims.ReasonJoinTimeout &&
+			if joined != nil && joined.IsFalse() && joined.Reason == v1alpha1.ReasonJoinTimeout &&
 				f.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
 				first = f
 				return true, nil
@@ -351,7 +350,7 @@ func TestPreflightBlocksMachines(t *testing.T) {
 			return false, err
 		}
 		ready = nc.StatusConditions().Get(status.ConditionReady)
-		return ready != nil && ready.IsFalse() && ready.Reason == bootstrap.ReasonBootstrapRBACMissing, nil
+		return ready != nil && ready.IsFalse() && ready.Reason == v1alpha1.ReasonBootstrapRBACMissing, nil
 	})
 	if !strings.Contains(ready.Message, "system:node-bootstrapper") {
 		t.Errorf("message %q does not say what to bind", ready.Message)

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -49,7 +48,7 @@ func TestEncryptedStatesInPostgres(t *testing.T) {
 			return false, err
 		}
 		ready = nc.StatusConditions().Get(status.ConditionReady)
-		return ready != nil && ready.IsFalse() && ready.Reason == claims.ReasonEncryptionKeyMissing, nil
+		return ready != nil && ready.IsFalse() && ready.Reason == v1alpha1.ReasonEncryptionKeyMissing, nil
 	})
 	if !strings.Contains(ready.Message, "e2e-state-key") {
 		t.Errorf("message %q does not name the Secret", ready.Message)

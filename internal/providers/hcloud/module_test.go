@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
@@ -53,7 +54,7 @@ func userData(ctx context.Context, t *testing.T, name string) (string, bootstrap
 		Token:             tok,
 		CACertHash:        hash,
 		NodeName:          name,
-		ProviderIDFrom:    &bootstrap.ProviderIDSource{URL: bootstrap.DefaultMetadataURL, Prefix: bootstrap.DefaultProviderIDPrefix},
+		ProviderIDFrom:    &bootstrap.ProviderIDSource{URL: v1alpha1.DefaultMetadataURL, Prefix: v1alpha1.DefaultProviderIDPrefix},
 		Labels:            map[string]string{"node.kubernetes.io/instance-type": "cx23"},
 		Taints:            []corev1.Taint{{Key: "karpenter.sh/unregistered", Effect: corev1.TaintEffectNoExecute}},
 		UserDataLimit:     standin.MaxUserData,

@@ -1,0 +1,227 @@
+package v1alpha1
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/awslabs/operatorpkg/status"
+)
+
+// The conditions of the fulfiller's API and their reasons. A reason is part of the API: people
+// and alerts match on it, and README.md documents each one. Code sets conditions only with
+// these constants; the one exception is a failed run, whose reason is its failure class
+// (tfrunner.ErrorClass: InsufficientCapacity, QuotaExceeded, InvalidModule, ...).
+
+// Condition types of a Fulfillment. Applied, Joined, the gate conditions and Initialized roll
+// up into Ready (StatusConditions); Destroyed is set once the claim is deleted.
+const (
+	ConditionApplied     = "Applied"
+	ConditionJoined      = "Joined"
+	ConditionCNIReady    = "CNIReady"
+	ConditionGPUReady    = "GPUReady"
+	ConditionGatesReady  = "GatesReady" // every custom gate of the NodeClass
+	ConditionInitialized = "Initialized"
+	ConditionDestroyed   = "Destroyed"
+)
+
+// Reasons of the Applied and Destroyed conditions (a failed run's reason is its class).
+const (
+	// ReasonApplying: a tofu apply runs; the message is its latest progress.
+	ReasonApplying = "Applying"
+	// ReasonDestroying: a tofu destroy runs.
+	ReasonDestroying = "Destroying"
+	// ReasonWaitingForRunner: the run waits for a free runner slot
+	// (FULFILLER_MAX_CONCURRENT_RUNS runs are in progress).
+	ReasonWaitingForRunner = "WaitingForRunner"
+	// ReasonStateLocked: the run waits for its claim's state lock; the message says who holds
+	// it since when.
+	ReasonStateLocked = "StateLocked"
+	// ReasonApplyOverdue: the apply runs longer than its node type's deadlines.apply; its
+	// runner is interrupting it and the run ends with class Timeout.
+	ReasonApplyOverdue = "ApplyOverdue"
+	// ReasonStoppingApply: the claim was deleted while its apply ran; the destroy waits for the
+	// interrupted apply to stop (tofu releases its lock).
+	ReasonStoppingApply = "StoppingApply"
+	// ReasonApplied: the machine exists (True).
+	ReasonApplied = "Applied"
+	// ReasonDestroyed: the machine is destroyed and its state removed (True).
+	ReasonDestroyed = "Destroyed"
+	// ReasonNodeClassNotFound: the claim's NodeClass or node type is gone before its apply.
+	ReasonNodeClassNotFound = "NodeClassNotFound"
+	// ReasonProviderIDMismatch: the module's provider_id output differs from the one the node
+	// type's template predicted.
+	ReasonProviderIDMismatch = "ProviderIDMismatch"
+	// ReasonUserDataTooLarge: the user data exceeds the node type's userDataLimit even
+	// compressed; no token and no machine.
+	ReasonUserDataTooLarge = "UserDataTooLarge"
+	// ReasonInvalidExtraCloudConfig: bootstrap.extraCloudConfig does not merge into the user
+	// data.
+	ReasonInvalidExtraCloudConfig = "InvalidExtraCloudConfig"
+)
+
+// Reasons of the Joined condition.
+const (
+	ReasonAwaitingNode = "AwaitingNode"
+	ReasonJoined       = "Joined"
+	// ReasonJoinTimeout: the machine was created but its Node never registered within the
+	// node type's joinTimeout.
+	ReasonJoinTimeout = "JoinTimeout"
+)
+
+// Reasons of the readiness gate conditions (CNIReady, GPUReady, GatesReady).
+const (
+	ReasonGateOpen          = "GateOpen"
+	ReasonGateNotApplicable = "NotApplicable"
+	ReasonAwaitingCNI       = "AwaitingCni"
+	ReasonAwaitingGPU       = "AwaitingGpu"
+	ReasonAwaitingCustom    = "AwaitingCustom"
+	ReasonCNINotReady       = "CNINotReady"
+	ReasonGPUNotRegistered  = "GPUNotRegistered"
+	ReasonGPUNotValidated   = "GPUNotValidated"
+	ReasonCustomGateNotMet  = "CustomGateNotMet"
+)
+
+// Reasons of the Initialized condition (while waiting, Karpenter's own reason when it gives
+// one).
+const (
+	ReasonAwaitingInitialization = "AwaitingInitialization"
+	ReasonInitialized            = "Initialized"
+)
+
+// Reasons of events that no condition has.
+const (
+	// ReasonApplyStarted: a tofu apply run started (event).
+	ReasonApplyStarted = "ApplyStarted"
+	// ReasonStaleLockRecovered: a state lock left by a run of this claim whose runner is
+	// gone was released (event).
+	ReasonStaleLockRecovered = "StaleLockRecovered"
+)
+
+// Reasons of Karpenter's NodeClaim Launched condition when CloudProvider.Create fails.
+const (
+	// ReasonAwaitingProviderID: the apply has not reported the machine's provider ID yet
+	// (Karpenter calls Create again).
+	ReasonAwaitingProviderID = "AwaitingProviderID"
+	// ReasonFulfillmentConflict: a Fulfillment of the claim's name belongs to an earlier claim
+	// and is being destroyed.
+	ReasonFulfillmentConflict = "FulfillmentConflict"
+	// ReasonNodeTypeNotFound: the chosen node type is no longer in the NodeClass.
+	ReasonNodeTypeNotFound = "NodeTypeNotFound"
+	// ReasonInvalidClaimName: the claim's name cannot name a state.
+	ReasonInvalidClaimName = "InvalidClaimName"
+)
+
+// Phases of a Fulfillment (status.phase): display values derived from the conditions; logic
+// reads conditions, never a phase.
+const (
+	PhasePending      = "Pending"
+	PhaseApplying     = "Applying"
+	PhaseJoining      = "Joining"
+	PhaseGating       = "Gating"
+	PhaseDegraded     = "Degraded"
+	PhaseInitializing = "Initializing"
+	PhaseReady        = "Ready"
+	PhaseFailed       = "Failed"
+	PhaseDestroying   = "Destroying"
+	PhaseDestroyed    = "Destroyed"
+)
+
+// Condition types of a TofuNodeClass: one per check, in the order they are checked. Ready is
+// composed from them (StatusConditions) and carries the first failing check's reason and
+// message; RegistrationWindow is a warning that does not count.
+const (
+	ConditionSpecValid   = "SpecValid"
+	ConditionModuleValid = "ModuleValid"
+	// ConditionBackendReady is True when the Secrets the backend and state encryption need
+	// exist and hold usable values.
+	ConditionBackendReady = "BackendReady"
+	// ConditionCredentialsReady is True when every Secret in spec.credentials exists and its
+	// keys are environment variable names.
+	ConditionCredentialsReady = "CredentialsReady"
+	// ConditionJoinPreflight is True when the cluster lets machines join with a bootstrap
+	// token: public cluster-info, bootstrapper RBAC for CSRs and their auto-approval, and an
+	// API server that authenticates bootstrap tokens.
+	ConditionJoinPreflight = "JoinPreflight"
+	// ConditionNodeTypesLaunchable is True when at least one node type can register within
+	// Karpenter's 15-minute registration window.
+	ConditionNodeTypesLaunchable = "NodeTypesLaunchable"
+	// ConditionRegistrationWindow is False, as a warning, when some node type's apply
+	// deadline and join timeout cannot fit Karpenter's 15-minute registration window; those
+	// types are listed but not launchable. It is not part of Ready.
+	ConditionRegistrationWindow = "RegistrationWindow"
+)
+
+// classChecks are the conditions a TofuNodeClass's Ready is composed of, in order.
+var classChecks = []string{ConditionSpecValid, ConditionModuleValid, ConditionBackendReady, ConditionCredentialsReady,
+	ConditionJoinPreflight, ConditionNodeTypesLaunchable}
+
+// ClassChecks returns the conditions a TofuNodeClass's Ready is composed of, in the order
+// they are checked: the first that is not True gives Ready its reason and message.
+func ClassChecks() []string { return append([]string(nil), classChecks...) }
+
+// Reasons of the TofuNodeClass conditions. The join preflight's reasons are below.
+const (
+	ReasonInvalidSpec    = "InvalidSpec"
+	ReasonModuleNotFound = "ModuleNotFound"
+	ReasonInvalidModule  = "InvalidModule"
+	// ReasonEncryptionKeyMissing: the Secret or key named by spec.backend.encryption.keySecretRef
+	// does not exist.
+	ReasonEncryptionKeyMissing = "EncryptionKeyMissing"
+	// ReasonInvalidEncryptionKey: the passphrase is too short (pbkdf2 needs 16 characters).
+	ReasonInvalidEncryptionKey = "InvalidEncryptionKey"
+	// ReasonBackendSecretMissing: the Secret or key named by spec.backend.pg.connSecretRef
+	// does not exist.
+	ReasonBackendSecretMissing = "BackendSecretMissing"
+	// ReasonInvalidBackend: the backend's settings do not fit together (type pg without pg).
+	ReasonInvalidBackend = "InvalidBackend"
+	// ReasonInvalidBackendSecret: the pg connection string cannot be used as it is (e.g. an
+	// unencoded '#' in its password); the message says what, never the value.
+	ReasonInvalidBackendSecret = "InvalidBackendSecret"
+	// ReasonCredentialsMissing: a Secret named in spec.credentials does not exist.
+	ReasonCredentialsMissing = "CredentialsMissing"
+	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.
+	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
+	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
+	// Karpenter's 15 minutes (RegistrationWindow; NodeTypesLaunchable when no type fits).
+	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"
+	// ReasonFits: every node type fits the registration window.
+	ReasonFits = "Fits"
+	// ReasonLaunchable: at least one node type fits the registration window.
+	ReasonLaunchable = "Launchable"
+)
+
+// Reasons of the JoinPreflight condition.
+const (
+	ReasonClusterInfoMissing         = "ClusterInfoMissing"
+	ReasonClusterInfoNotPublic       = "ClusterInfoNotPublic"
+	ReasonBootstrapRBACMissing       = "BootstrapRBACMissing"
+	ReasonCSRAutoApprovalMissing     = "CSRAutoApprovalMissing"
+	ReasonBootstrapTokenAuthDisabled = "BootstrapTokenAuthDisabled"
+)
+
+// ReasonReady is the reason of a True Ready condition.
+const ReasonReady = status.ConditionReady
+
+// MaxMessageLength bounds every message the fulfiller writes for people: condition messages,
+// event messages and run messages (RunError.Message). `kubectl get -o wide` shows them on one
+// line.
+const MaxMessageLength = 300
+
+// ShortMessage is s as a message: white space runs (newlines included) folded to single
+// spaces, and cut to at most MaxMessageLength bytes on a rune boundary, a cut marked with an
+// ellipsis.
+func ShortMessage(s string) string { return ShortenTo(s, MaxMessageLength) }
+
+// ShortenTo is ShortMessage with another bound, for a part of a message.
+func ShortenTo(s string, limit int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= limit {
+		return s
+	}
+	const ellipsis = "…"
+	cut := max(limit-len(ellipsis), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}

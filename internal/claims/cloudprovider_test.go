@@ -1,0 +1,240 @@
+package claims
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/test"
+)
+
+// expectCreateError checks that err is a CreateError with the condition reason.
+func expectCreateError(t *testing.T, err error, reason string) {
+	t.Helper()
+	var ce *cloudprovider.CreateError
+	if !errors.As(err, &ce) || ce.ConditionReason != reason {
+		t.Errorf("error %v, want a CreateError %s", err, reason)
+	}
+}
+
+// TestCreate: Create decides once and records it; what it cannot decide is an error of the
+// kind Karpenter acts on.
+func TestCreate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, e *env, claim *karpv1.NodeClaim)
+	}{
+		{"records the cheapest offering and returns the claim as it will be", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			nc := test.NodeClass("sim", func(nc *v1alpha1.TofuNodeClass) {
+				nc.Spec.NodeTypes[0].Offerings = []v1alpha1.Offering{{Zone: "a", Price: "0.02"}, {Zone: "b", Price: "0.01"}}
+				nc.Spec.NodeTypes[0].Architecture = "arm64"
+			})
+			test.Ready(nc)
+			test.ExpectApplied(t, e.kube, nc)
+			got := e.create(claim)
+			want := map[string]string{corev1.LabelInstanceTypeStable: "small", corev1.LabelTopologyZone: "b", karpv1.CapacityTypeLabelKey: "on-demand",
+				corev1.LabelArchStable: "arm64", corev1.LabelOSStable: "linux"}
+			for k, v := range want {
+				if got.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, got.Labels[k], v)
+				}
+			}
+			if got.Status.ProviderID != "fake://"+claim.Name || got.Annotations[AnnotationHash] == "" || got.Status.Allocatable.Cpu().IsZero() {
+				t.Errorf("claim %+v", got)
+			}
+			f := e.fulfillment(claim.Name)
+			if f.Spec.NodeType != "small" || f.Spec.Zone != "b" || f.Spec.Price != "0.01" || f.Spec.NodeClaimUID != string(claim.UID) ||
+				f.Spec.Hash != got.Annotations[AnnotationHash] || f.Spec.ProviderID != got.Status.ProviderID {
+				t.Errorf("fulfillment spec %+v", f.Spec)
+			}
+			// A second Create (a restarted Karpenter) gets the same answer and records nothing new.
+			again := e.create(claim)
+			if again.Status.ProviderID != got.Status.ProviderID || again.Labels[corev1.LabelTopologyZone] != "b" {
+				t.Errorf("second create %+v", again)
+			}
+			list := &v1alpha1.FulfillmentList{}
+			if err := e.kube.List(e.ctx, list); err != nil || len(list.Items) != 1 {
+				t.Errorf("%d fulfillments (%v)", len(list.Items), err)
+			}
+		}},
+		{"a class that does not exist or is not Ready launches nothing", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			claim.Spec.NodeClassRef.Name = "nope"
+			if _, err := e.provider.Create(e.ctx, claim); !cloudprovider.IsNodeClassNotReadyError(err) {
+				t.Errorf("class missing: %v", err)
+			}
+			broken := test.NodeClass("broken")
+			broken.StatusConditions().SetFalse(v1alpha1.ConditionModuleValid, v1alpha1.ReasonModuleNotFound, "gone")
+			test.ExpectApplied(t, e.kube, broken)
+			claim.Spec.NodeClassRef.Name = "broken"
+			if _, err := e.provider.Create(e.ctx, claim); !cloudprovider.IsNodeClassNotReadyError(err) {
+				t.Errorf("class not ready: %v", err)
+			}
+			test.ExpectNotFound(t, e.kube, &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: claim.Name}})
+		}},
+		{"no launchable offering is insufficient capacity", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			e.unavailable.MarkUnavailable("small", "a", karpv1.CapacityTypeOnDemand)
+			if _, err := e.provider.Create(e.ctx, claim); !cloudprovider.IsInsufficientCapacityError(err) {
+				t.Errorf("create: %v, want insufficient capacity", err)
+			}
+		}},
+		{"a name an earlier claim's Fulfillment still has is a conflict", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			test.ExpectApplied(t, e.kube, fulfillmentOf(claim, e.clock.Now(), func(f *v1alpha1.Fulfillment) { f.Spec.NodeClaimUID = "uid-earlier" }))
+			_, err := e.provider.Create(e.ctx, claim)
+			expectCreateError(t, err, v1alpha1.ReasonFulfillmentConflict)
+		}},
+		{"a node type gone from the class since the decision", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			test.ExpectApplied(t, e.kube, fulfillmentOf(claim, e.clock.Now(), func(f *v1alpha1.Fulfillment) { f.Spec.NodeType = "retired" }))
+			_, err := e.provider.Create(e.ctx, claim)
+			expectCreateError(t, err, v1alpha1.ReasonNodeTypeNotFound)
+		}},
+		{"without a template, the module's provider ID is awaited, bounded", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			nc := test.NodeClass("sim", func(nc *v1alpha1.TofuNodeClass) { nc.Spec.NodeTypes[0].ProviderIDTemplate = "" })
+			test.Ready(nc)
+			test.ExpectApplied(t, e.kube, nc, claim)
+			type created struct {
+				claim *karpv1.NodeClaim
+				err   error
+			}
+			done := make(chan created, 1)
+			go func() {
+				c, err := e.provider.Create(e.ctx, claim)
+				done <- created{c, err}
+			}()
+			// The apply reports the provider ID while Create waits.
+			waitForWaiters(t, e)
+			f := e.fulfillment(claim.Name)
+			f.Status.ProviderID = "hcloud://4711"
+			test.ExpectApplied(t, e.kube, f)
+			e.clock.Step(time.Second)
+			if got := <-done; got.err != nil || got.claim.Status.ProviderID != "hcloud://4711" {
+				t.Errorf("create: %+v, %v", got.claim, got.err)
+			}
+
+			other := test.NodeClaim("sim-slow", "sim", e.clock.Now())
+			test.ExpectApplied(t, e.kube, other)
+			go func() {
+				c, err := e.provider.Create(e.ctx, other)
+				done <- created{c, err}
+			}()
+			started, bound := e.clock.Now(), time.After(30*time.Second)
+			for {
+				select {
+				case got := <-done:
+					expectCreateError(t, got.err, v1alpha1.ReasonAwaitingProviderID)
+					if waited := e.clock.Since(started); waited < e.provider.providerIDWait || waited > e.provider.providerIDWait+time.Second {
+						t.Errorf("create gave up after %s, its bound is %s", waited, e.provider.providerIDWait)
+					}
+					return
+				case <-bound:
+					t.Fatal("create waited past its bound")
+				case <-time.After(time.Millisecond):
+					if e.clock.HasWaiters() {
+						e.clock.Step(500 * time.Millisecond)
+					}
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			tc.run(t, e, test.NodeClaim("sim-x7k2q", "sim", e.clock.Now()))
+		})
+	}
+}
+
+// waitForWaiters waits until something waits on the fake clock.
+func waitForWaiters(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.clock.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing waits on the clock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestGetListDelete: Get and List answer from the Fulfillments, for every machine that may
+// exist; Delete starts the destroy and says NotFound once the machine is gone.
+func TestGetListDelete(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	running := fulfillmentOf(test.NodeClaim("sim-run", "sim", now), now)
+	applying := fulfillmentOf(test.NodeClaim("sim-new", "sim", now), now, func(f *v1alpha1.Fulfillment) { f.Spec.ProviderID = "" })
+	destroyed := fulfillmentOf(test.NodeClaim("sim-gone", "sim", now), now, func(f *v1alpha1.Fulfillment) {
+		f.StatusConditions().SetTrue(v1alpha1.ConditionDestroyed)
+	})
+	test.ExpectApplied(t, e.kube, running, applying, destroyed)
+
+	got, err := e.provider.Get(e.ctx, "fake://sim-run")
+	if err != nil || got.Name != "sim-run" || got.Labels[corev1.LabelInstanceTypeStable] != "small" {
+		t.Errorf("get: %+v, %v", got, err)
+	}
+	for _, id := range []string{"fake://sim-gone", "fake://nope"} {
+		if _, err := e.provider.Get(e.ctx, id); !cloudprovider.IsNodeClaimNotFoundError(err) {
+			t.Errorf("get %s: %v, want NotFound", id, err)
+		}
+	}
+	list, err := e.provider.List(e.ctx)
+	if err != nil || len(list) != 1 || list[0].Status.ProviderID != "fake://sim-run" {
+		t.Errorf("list: %+v, %v", list, err)
+	}
+
+	claim := test.NodeClaim("sim-run", "sim", now)
+	if err := e.provider.Delete(e.ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	test.ExpectDeleting(t, e.kube, running)
+	if err := e.provider.Delete(e.ctx, test.NodeClaim("sim-none", "sim", now)); !cloudprovider.IsNodeClaimNotFoundError(err) {
+		t.Errorf("delete of a claim without a Fulfillment: %v", err)
+	}
+}
+
+// TestIsDrifted: a claim drifts when what its node was made from changes, not when offerings
+// or deadlines do, and not across hash versions.
+func TestIsDrifted(t *testing.T) {
+	e := newEnv(t)
+	claim := e.create(test.NodeClaim("sim-x7k2q", "sim", e.clock.Now()))
+	for _, tc := range []struct {
+		name   string
+		change func(*v1alpha1.TofuNodeClass)
+		claim  func(*karpv1.NodeClaim)
+		want   cloudprovider.DriftReason
+	}{
+		{name: "unchanged"},
+		{name: "a price", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.NodeTypes[0].Offerings[0].Price = "0.5" }},
+		{name: "a deadline", change: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.NodeTypes[0].Deadlines.Apply = &metav1.Duration{Duration: time.Minute}
+		}},
+		{name: "a variable", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Variables = map[string]string{"image": "ubuntu-26.04"} }, want: "NodeClassDrifted"},
+		{name: "the module version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" }, want: "NodeClassDrifted"},
+		{name: "an older hash version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" },
+			claim: func(c *karpv1.NodeClaim) { c.Annotations[AnnotationHashVersion] = "v0" }},
+		{name: "its node type gone (Karpenter reports it)", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.NodeTypes[0].Name = "medium" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := test.ExpectExists(t, e.kube, &v1alpha1.TofuNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "sim"}})
+			orig := nc.DeepCopy()
+			if tc.change != nil {
+				tc.change(nc)
+				test.ExpectApplied(t, e.kube, nc)
+				defer test.ExpectApplied(t, e.kube, orig)
+			}
+			c := claim.DeepCopy()
+			c.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: v1alpha1.Group, Kind: "TofuNodeClass", Name: "sim"}
+			if tc.claim != nil {
+				tc.claim(c)
+			}
+			got, err := e.provider.IsDrifted(e.ctx, c)
+			if err != nil || got != tc.want {
+				t.Errorf("IsDrifted = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}

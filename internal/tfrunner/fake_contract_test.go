@@ -1,0 +1,45 @@
+package tfrunner_test
+
+import (
+	"testing"
+
+	"k8s.io/utils/clock"
+
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
+)
+
+// TestFakeExecutorContract runs the fake executor through the executor contract, as the local
+// and Job executors are run, so that tests driving runs with the fake see what they would see
+// with a real executor. The fake runs no tofu: the suite scripts each run as its module would
+// behave, and checks what the executor itself does.
+func TestFakeExecutorContract(t *testing.T) {
+	for _, gone := range []bool{false, true} {
+		name := "LocalLike"
+		if gone {
+			name = "JobLike"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tfrunner.ExecutorContract(t, tfrunner.Contract{
+				NewExecutor: func(*testing.T) tfrunner.Executor {
+					e := fake.New(clock.RealClock{})
+					e.CancelledGone = gone
+					return e
+				},
+				Logs:          func(*testing.T, tfrunner.RunStatus) string { return "(the fake keeps no log)" },
+				CancelledGone: gone,
+				RequestExists: func(_ *testing.T, e tfrunner.Executor, run string) bool {
+					return e.(*fake.Executor).HasRequest(run)
+				},
+				Script: func(_ *testing.T, e tfrunner.Executor, req tfrunner.Request, b tfrunner.Behaviour) {
+					o := fake.Outcome{Polls: 1, Hold: b.Hold, StopDelay: b.StopDelay}
+					if b.Fail != "" {
+						o.Error = &tfrunner.RunError{Class: b.Fail, Message: "the module failed with " + string(b.Fail)}
+					}
+					e.(*fake.Executor).Script(req.Name, o)
+				},
+			})
+		})
+	}
+}
