@@ -6,6 +6,7 @@
 #
 #   hack/tools.sh            build what is missing, print the bin folder
 #   TOOLS="tofu etcd" ...    build only these
+#   TOOLS="karpenter-kwok kwok" hack/tools.sh   the benchmarks' tools (make bench-tools)
 #
 # The OpenTofu providers the shipped modules require are built the same way and laid out as a
 # filesystem mirror in $FULFILLER_CACHE/tools/providers (registry.opentofu.org/<ns>/<type>/
@@ -18,6 +19,8 @@
 # kwok controller that gives the Nodes it creates a status; kwok >= 0.8 has no built-in
 # stages, so the script also writes the default ones (node-initialize, node heartbeat with
 # lease, pod ready/complete/delete) from kwok's source to $FULFILLER_CACHE/tools/bin/kwok-stages.yaml.
+# Only the benchmarks use these two, so the default TOOLS leave them out (a cold `make tools`,
+# which CI runs, does not build them); `make bench-tools` builds them.
 #
 # Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION
 # HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION KARPENTER_VERSION KWOK_VERSION
@@ -35,7 +38,7 @@ KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-1.19.0}
 KARPENTER_VERSION=${KARPENTER_VERSION:-1.15.0}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
-TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen provider-hcloud provider-kubectl karpenter-kwok kwok"}
+TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen provider-hcloud provider-kubectl"}
 
 root=$FULFILLER_CACHE/tools
 src=$FULFILLER_CACHE/src
