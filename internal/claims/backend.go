@@ -97,7 +97,9 @@ func (c *FulfillmentController) runBackend(ctx context.Context, s *claimState) (
 	}
 	return tfrunner.Backend{
 		Type:   string(v1alpha1.BackendKubernetes),
-		Config: statelock.KubernetesBackend(key, c.stateNamespace(s), stateLabels(s.f)),
+		Config: statelock.KubernetesBackend(key, c.stateNamespace(s)),
+		// The state Secret and lock Lease carry the claim's UID, as its runs do.
+		Maps: map[string]map[string]string{"labels": stateLabels(s.f)},
 	}, "", values.env, nil
 }
 

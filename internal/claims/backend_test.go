@@ -53,10 +53,10 @@ func TestRunRequestBackend(t *testing.T) {
 		reason      string // of the BackendError, when the request cannot be built
 	}{
 		{name: "kubernetes", backend: v1alpha1.Backend{}, wantType: "kubernetes",
-			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller", "labels": `{"fulfiller.sh/nodeclaim-uid" = "uid-a"}`},
+			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"},
 			env:    map[string]string{"KUBE_CONFIG_PATH": "/k"}},
 		{name: "kubernetes encrypted", backend: v1alpha1.Backend{Encryption: encryption}, wantType: "kubernetes",
-			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller", "labels": `{"fulfiller.sh/nodeclaim-uid" = "uid-a"}`},
+			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"},
 			env:    map[string]string{"KUBE_CONFIG_PATH": "/k", "TF_ENCRYPTION": wantEnc["TF_ENCRYPTION"]}},
 		{name: "pg encrypted", wantType: "pg", workspace: "claim-a",
 			backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, Encryption: encryption,
@@ -111,6 +111,10 @@ func TestRunRequestBackend(t *testing.T) {
 			}
 			if req.Backend.Type != tc.wantType || req.Workspace != tc.workspace || !maps.Equal(req.Backend.Config, tc.config) || !maps.Equal(req.Env, tc.env) {
 				t.Errorf("request backend %+v workspace %q env keys %v", req.Backend, req.Workspace, slices.Sorted(maps.Keys(req.Env)))
+			}
+			// The kubernetes backend labels the claim's state Secret and lock Lease with its UID.
+			if labels := req.Backend.Maps["labels"]; tc.wantType == "kubernetes" && (len(labels) != 1 || labels[tfrunner.LabelNodeClaimUID] != "uid-a") {
+				t.Errorf("state labels %v, want %s=uid-a", labels, tfrunner.LabelNodeClaimUID)
 			}
 			for k, v := range req.Backend.Config {
 				if strings.Contains(v, statePassphrase) {

@@ -30,7 +30,7 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 	// The state objects carry their claim's UID, as the controller labels them.
 	labels := map[string]string{tfrunner.LabelNodeClaimUID: "0b1e5a6c-1111-2222-3333-444455556666"}
 	backend := func(key statelock.Key) tfrunner.Backend {
-		return tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default", labels)}
+		return tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default"), Maps: map[string]map[string]string{"labels": labels}}
 	}
 	// A passphrase with template sequences and quotes: they must reach pbkdf2 unchanged.
 	passphrase := testPassphrase

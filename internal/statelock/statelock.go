@@ -7,9 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,31 +47,12 @@ func (k Key) LeaseName() string { return "lock-tfstate-" + Workspace + "-" + str
 // KubernetesBackend is the `-backend-config` of the kubernetes backend for one claim. The
 // runner's credentials come from its environment (its pod's service account, or
 // KUBE_CONFIG_PATH for the local executor), never from these values, which tofu writes to
-// disk. labels (Kubernetes label keys and values, e.g. the claim's UID) go on the state
-// Secret and the lock Lease when the backend creates them.
-func KubernetesBackend(key Key, namespace string, labels map[string]string) map[string]string {
-	cfg := map[string]string{
+// disk.
+func KubernetesBackend(key Key, namespace string) map[string]string {
+	return map[string]string{
 		"secret_suffix": string(key),
 		"namespace":     namespace,
 	}
-	if len(labels) > 0 {
-		cfg["labels"] = hclStringMap(labels)
-	}
-	return cfg
-}
-
-// hclStringMap writes a map of strings as an HCL object, the form `-backend-config` takes for
-// a map argument. Template sequences are escaped, so a value reaches the backend unchanged.
-func hclStringMap(m map[string]string) string {
-	quote := func(s string) string {
-		s = strconv.Quote(s)
-		return strings.NewReplacer("${", "$${", "%{", "%%{").Replace(s)
-	}
-	parts := make([]string, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, quote(k)+" = "+quote(m[k]))
-	}
-	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 // Holder is who holds a state lock, from the backend's LockInfo.

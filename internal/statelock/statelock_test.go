@@ -28,15 +28,9 @@ func TestKeyNames(t *testing.T) {
 	if _, err := KeyFor(strings.Repeat("a", 250)); err == nil {
 		t.Error("a state name over 253 characters was accepted")
 	}
-	cfg := KubernetesBackend(key, "fulfiller", nil)
+	cfg := KubernetesBackend(key, "fulfiller")
 	if cfg["secret_suffix"] != "sim-abc12" || cfg["namespace"] != "fulfiller" || len(cfg) != 2 {
 		t.Errorf("backend config %v: want only secret_suffix and namespace (credentials come from the environment)", cfg)
-	}
-	// Labels are an HCL object (-backend-config parses a map argument as an expression), in
-	// key order, with template sequences escaped.
-	cfg = KubernetesBackend(key, "fulfiller", map[string]string{"b.example/x": "2", "a.example/y": "1", "odd": `${x}"%{y}`})
-	if want := `{"a.example/y" = "1", "b.example/x" = "2", "odd" = "$${x}\"%%{y}"}`; cfg["labels"] != want || len(cfg) != 3 {
-		t.Errorf("backend config %v: labels want %s", cfg, want)
 	}
 }
 

@@ -103,7 +103,7 @@ func TestFailureClassesOnRealRuns(t *testing.T) {
 			edit: func(t *testing.T, r *Request, log *testenv.SyncBuffer) context.Context {
 				key := statelock.Key("classes-locked")
 				holdLease(t, cs, key)
-				r.Backend = Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default", nil)}
+				r.Backend = Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default")}
 				r.Env = map[string]string{"KUBE_CONFIG_PATH": cp.Kubeconfig}
 				return nil
 			}},

@@ -84,7 +84,7 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 		req := func(op tfrunner.Operation) tfrunner.Request {
 			return tfrunner.Request{
 				Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: filepath.Join(dir, "work", name+"-"+string(op)),
-				Backend:   tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default", nil)},
+				Backend:   tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default")},
 				Variables: vars(name), Env: map[string]string{"KUBE_CONFIG_PATH": cp.Kubeconfig}, TofuPath: tofu,
 			}
 		}

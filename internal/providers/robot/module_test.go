@@ -187,7 +187,7 @@ func (p *pool) request(t *testing.T, name string, op tfrunner.Operation, s *stan
 	}
 	return tfrunner.Request{
 		Name: name + "-" + string(op), Operation: op, Family: v1alpha1.FamilyRobot, ModuleDir: module, WorkDir: t.TempDir(),
-		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default", nil)},
+		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default")},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "ax52", tfrunner.VarZone: "fsn1",
 			tfrunner.VarUserData: userData, tfrunner.VarLabels: map[string]string{}, tfrunner.VarParameters: par,
