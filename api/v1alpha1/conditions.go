@@ -42,6 +42,10 @@ const (
 	// ReasonStoppingApply: the claim was deleted while its apply ran; the destroy waits for the
 	// interrupted apply to stop (tofu releases its lock).
 	ReasonStoppingApply = "StoppingApply"
+	// ReasonAwaitingNodeClaimDeletion: the Fulfillment was deleted while its NodeClaim lives;
+	// the fulfiller deleted the NodeClaim, and the destroy waits until Karpenter has drained
+	// its node and called Delete.
+	ReasonAwaitingNodeClaimDeletion = "AwaitingNodeClaimDeletion"
 	// ReasonApplied: the machine exists (True).
 	ReasonApplied = "Applied"
 	// ReasonDestroyed: the machine is destroyed and its state removed (True).
@@ -107,6 +111,9 @@ const (
 	ReasonFulfillmentConflict = "FulfillmentConflict"
 	// ReasonNodeTypeNotFound: the chosen node type is no longer in the NodeClass.
 	ReasonNodeTypeNotFound = "NodeTypeNotFound"
+	// ReasonNodeClassReadinessUnknown: the NodeClass's checks have not answered yet (Ready is
+	// Unknown); Karpenter calls Create again, where NodeClassNotReady would delete the claim.
+	ReasonNodeClassReadinessUnknown = "NodeClassReadinessUnknown"
 	// ReasonInvalidClaimName: the claim's name cannot name a state.
 	ReasonInvalidClaimName = "InvalidClaimName"
 )
@@ -151,6 +158,18 @@ const (
 	ConditionRegistrationWindow = "RegistrationWindow"
 )
 
+// ConditionTerminating is set on a TofuNodeClass being deleted: its finalizer keeps it while
+// Fulfillments of it exist, so that their machines are destroyed with the settings they
+// recorded and the class goes last. It is not part of Ready.
+const ConditionTerminating = "Terminating"
+
+// Reasons of the Terminating condition.
+const (
+	// ReasonClaimsRemaining: the class waits for its claims' machines to be destroyed; the
+	// message says how many remain.
+	ReasonClaimsRemaining = "ClaimsRemaining"
+)
+
 // classChecks are the conditions a TofuNodeClass's Ready is composed of, in order.
 var classChecks = []string{ConditionSpecValid, ConditionModuleValid, ConditionBackendReady, ConditionCredentialsReady,
 	ConditionJoinPreflight, ConditionNodeTypesLaunchable}
@@ -169,6 +188,11 @@ const (
 	ReasonEncryptionKeyMissing = "EncryptionKeyMissing"
 	// ReasonInvalidEncryptionKey: the passphrase is too short (pbkdf2 needs 16 characters).
 	ReasonInvalidEncryptionKey = "InvalidEncryptionKey"
+	// ReasonEncryptionKeyChanged: a claim's state was written with another passphrase than
+	// its key Secret holds now (the key fingerprint it recorded differs); no run of it starts
+	// until the passphrase it was written with is back (on a Fulfillment's Applied or
+	// Destroyed).
+	ReasonEncryptionKeyChanged = "EncryptionKeyChanged"
 	// ReasonBackendSecretMissing: the Secret or key named by spec.backend.pg.connSecretRef
 	// does not exist.
 	ReasonBackendSecretMissing = "BackendSecretMissing"
@@ -179,7 +203,12 @@ const (
 	ReasonInvalidBackendSecret = "InvalidBackendSecret"
 	// ReasonCredentialsMissing: a Secret named in spec.credentials does not exist.
 	ReasonCredentialsMissing = "CredentialsMissing"
-	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.
+	// ReasonCredentialsNotOptedIn: a Secret named in spec.credentials is not labelled
+	// LabelCredentials=true; only Secrets made for it may become a run's environment.
+	ReasonCredentialsNotOptedIn = "CredentialsNotOptedIn"
+	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name,
+	// or one that the fulfiller sets for tofu (TF_VAR_*, TF_LOG*, TF_CLI_ARGS*, TF_WORKSPACE,
+	// ...: terraform-exec refuses them).
 	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
 	// ReasonInvalidCredentials: the class's family says its credentials do not work (a wrong
 	// or revoked token, or one without a right it needs).

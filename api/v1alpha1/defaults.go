@@ -73,6 +73,12 @@ func (in *NodeType) ProviderIDFromOrDefault() ProviderIDFrom {
 	return out
 }
 
+// ApplyDeadlineOrDefault bounds each apply run of the claim (its node type's deadlines.apply
+// as recorded).
+func (in *RunSettings) ApplyDeadlineOrDefault() time.Duration {
+	return durationOr(in.ApplyDeadline, DefaultApplyDeadline)
+}
+
 // ArchitectureOrDefault is the type's kubernetes.io/arch.
 func (in *NodeType) ArchitectureOrDefault() string {
 	if in.Architecture == "" {

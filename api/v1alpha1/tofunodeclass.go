@@ -25,6 +25,12 @@ type TofuNodeClass struct {
 	Status TofuNodeClassStatus `json:"status,omitempty"`
 }
 
+// The backend's type, namespace and pg schema decide where existing claims' states are: they
+// cannot change, also when spec.backend (or the field) was absent and took its default.
+// (CEL escapes the reserved word namespace as __namespace__.)
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.type) ? oldSelf.backend.type : 'kubernetes') == (has(self.backend) && has(self.backend.type) ? self.backend.type : 'kubernetes')",message="spec.backend.type is immutable: the states of existing claims would be lost"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.backend) && has(oldSelf.backend.__namespace__) && size(oldSelf.backend.__namespace__) > 0 ? has(self.backend) && has(self.backend.__namespace__) && self.backend.__namespace__ == oldSelf.backend.__namespace__ : !(has(self.backend) && has(self.backend.__namespace__) && size(self.backend.__namespace__) > 0)",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.pg) && has(oldSelf.backend.pg.schemaName) ? oldSelf.backend.pg.schemaName : 'fulfiller') == (has(self.backend) && has(self.backend.pg) && has(self.backend.pg.schemaName) ? self.backend.pg.schemaName : 'fulfiller')",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
 type TofuNodeClassSpec struct {
 	// Family names the kind of infrastructure the module builds, so that the fulfiller can
 	// use what it knows about it: its error rules, its catalogue of node types, the machines
@@ -51,6 +57,7 @@ type TofuNodeClassSpec struct {
 	Bootstrap BootstrapSpec `json:"bootstrap"`
 	// NodeTypes are the instance types Karpenter may launch with this class.
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
 	// +listType=map
 	// +listMapKey=name
 	NodeTypes []NodeType `json:"nodeTypes"`
@@ -80,12 +87,13 @@ type Backend struct {
 	// Type of the backend. The kubernetes backend keeps each state in a Secret and locks it
 	// with a Lease; pg keeps it in a PostgreSQL table (spec.backend.pg). The API server
 	// stores its default, kubernetes (TypeOrDefault), so that it cannot change afterwards.
+	// It cannot change (TofuNodeClassSpec's rules).
 	// +kubebuilder:default=kubernetes
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.type is immutable: the states of existing claims would be lost"
 	// +optional
 	Type BackendType `json:"type,omitempty"`
-	// Namespace for the kubernetes backend's Secrets and Leases (default: the fulfiller's).
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
+	// Namespace for the kubernetes backend's Secrets and Leases (default: the fulfiller's state
+	// namespace). It cannot change (TofuNodeClassSpec's rules).
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 	// PG configures the pg backend (type pg).
@@ -161,8 +169,10 @@ type NodeType struct {
 	// +optional
 	Variables map[string]string `json:"variables,omitempty"`
 	// ProviderIDTemplate, when set, makes the provider ID known before the apply: `{name}` is
-	// replaced by the node name (e.g. `kubevirt://{name}`). Otherwise the module's provider_id
-	// output is awaited.
+	// replaced by the node name (e.g. `kubevirt://{name}`); it must contain it, or every claim
+	// would get the same ID. Otherwise the module's provider_id output is awaited.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.contains('{name}')",message="providerIDTemplate must contain {name}: every claim would get the same provider ID"
 	// +optional
 	ProviderIDTemplate string `json:"providerIDTemplate,omitempty"`
 	// ProviderIDFrom says how a machine learns its provider ID when no template makes it

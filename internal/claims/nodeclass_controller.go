@@ -19,8 +19,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/karpenter/pkg/events"
 
@@ -99,6 +103,13 @@ func (c *NodeClassController) Register(_ context.Context, m manager.Manager) err
 	return controllerruntime.NewControllerManagedBy(m).
 		Named("nodeclass.status").
 		For(&v1alpha1.TofuNodeClass{}).
+		// A deleted Fulfillment may let its terminating class go.
+		Watches(&v1alpha1.Fulfillment{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.(*v1alpha1.Fulfillment).Spec.NodeClass}}}
+		}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return true },
+		})).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
 }
 
@@ -181,6 +192,16 @@ func configVerdict(err error) (verdict, error) {
 }
 
 func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNodeClass) (reconcile.Result, error) {
+	if !nc.DeletionTimestamp.IsZero() {
+		return c.terminate(ctx, nc)
+	}
+	nc, err := c.ensureFinalizer(ctx, nc)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		return reconcile.Result{}, err
+	}
 	updated := nc.DeepCopy()
 	conds := updated.StatusConditions(status.WithClock(c.clock))
 	checks := append(c.checks(), c.familyChecks(nc)...)
@@ -293,6 +314,7 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec, families family.Registry) er
 			}
 		}
 		errs = append(errs, checkKubeletArgs("node type "+nt.Name, nt.KubeletExtraArgs)...)
+		errs = append(errs, validateNodeTypeValues(&nt)...)
 		if err := reservations(&nt).Validate(); err != nil {
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 				errs = append(errs, fmt.Errorf("node type %s: %w", nt.Name, e))
@@ -324,7 +346,7 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec, families family.Registry) er
 }
 
 func checkKubeletArgs(where string, args []v1alpha1.KubeletArg) []error {
-	var errs []error
+	errs := checkKubeletArgValues(where, args)
 	for _, a := range args {
 		if slices.Contains(reservedKubeletArgs, a.Name) {
 			errs = append(errs, fmt.Errorf("%s: kubelet arg %s is set by the fulfiller", where, a.Name))

@@ -38,7 +38,11 @@ func Run(families family.Registry) {
 	executor, tofu, runEnv := newExecutor(op, opts)
 	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
 
-	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable)
+	stateNamespace := opts.StateNamespace
+	if stateNamespace == "" {
+		stateNamespace = opts.Namespace
+	}
+	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithStateNamespace(stateNamespace)
 	cloudProvider := metrics.Decorate(provider)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))

@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -221,9 +223,12 @@ func linkModule(tree, dst string) error {
 // backendTemplatePath is where the backend record of runs of the module key whose requests
 // set the -backend-config keys of b is kept.
 func backendTemplatePath(cacheDir, key string, b Backend) string {
-	keys := make([]string, 0, len(b.Config))
+	keys := make([]string, 0, len(b.Config)+len(b.Maps))
 	for k := range b.Config {
 		keys = append(keys, k)
+	}
+	for k := range b.Maps {
+		keys = append(keys, "map "+k)
 	}
 	sort.Strings(keys)
 	sum := sha256.Sum256([]byte(strings.Join(keys, "\n")))
@@ -235,9 +240,9 @@ var errNotTemplate = errors.New("backend record cannot be reused")
 
 // renderBackendState is the backend record of template (tofu's .terraform/terraform.tfstate)
 // with b's -backend-config values in place of the template's. Every key of b.Config must hold
-// a string in the template and every other setting must be unset (null, or an empty block
-// list), so that the result is what `tofu init` would have recorded for b; otherwise the
-// error wraps errNotTemplate.
+// a string in the template, every key of b.Maps an object, and every other setting must be
+// unset (null, or an empty block list), so that the result is what `tofu init` would have
+// recorded for b; otherwise the error wraps errNotTemplate.
 func renderBackendState(template []byte, b Backend) ([]byte, error) {
 	var file map[string]json.RawMessage
 	if err := json.Unmarshal(template, &file); err != nil {
@@ -255,12 +260,19 @@ func renderBackendState(template []byte, b Backend) ([]byte, error) {
 	if err := json.Unmarshal(backend["config"], &config); err != nil {
 		return nil, fmt.Errorf("%w: no backend configuration: %w", errNotTemplate, err)
 	}
-	for k := range b.Config {
+	for _, k := range append(slices.Collect(maps.Keys(b.Config)), slices.Collect(maps.Keys(b.Maps))...) {
 		if _, ok := config[k]; !ok {
 			return nil, fmt.Errorf("%w: no setting %s", errNotTemplate, k)
 		}
 	}
 	for k, raw := range config {
+		if m, ok := b.Maps[k]; ok {
+			if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+				return nil, fmt.Errorf("%w: setting %s is no map", errNotTemplate, k)
+			}
+			config[k], _ = json.Marshal(m)
+			continue
+		}
 		v, ok := b.Config[k]
 		if !ok {
 			if unset := bytes.TrimSpace(raw); !bytes.Equal(unset, []byte("null")) && !bytes.Equal(unset, []byte("[]")) {

@@ -1,6 +1,7 @@
 package tfrunner
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -67,6 +69,14 @@ func TestRenderBackendState(t *testing.T) {
 		{name: "the same values give the same record", template: kubernetesRecord,
 			backend: kube(map[string]string{"secret_suffix": "abc", "namespace": "default"}),
 			want:    map[string]string{"secret_suffix": `"abc"`, "namespace": `"default"`}},
+		{name: "a map replaces the template's", template: strings.Replace(kubernetesRecord, `"labels": null`, `"labels": {"fulfiller.sh/nodeclaim-uid": "uid-a"}`, 1),
+			backend: Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "abc", "namespace": "default"},
+				Maps: map[string]map[string]string{"labels": {"fulfiller.sh/nodeclaim-uid": "uid-b"}}},
+			want: map[string]string{"labels": `{"fulfiller.sh/nodeclaim-uid":"uid-b"}`, "secret_suffix": `"abc"`}},
+		{name: "a map the template has no value for", template: kubernetesRecord,
+			backend: Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "abc", "namespace": "default"},
+				Maps: map[string]map[string]string{"labels": {"a": "b"}}},
+			err: "setting labels is no map"},
 		{name: "a key the template has no value for", template: kubernetesRecord,
 			backend: kube(map[string]string{"secret_suffix": "x", "namespace": "y", "config_path": "/k"}),
 			err:     "setting config_path is no string"},
@@ -109,7 +119,9 @@ func TestRenderBackendState(t *testing.T) {
 				t.Errorf("record changed beyond its values:\n%s", got)
 			}
 			for k, want := range tc.want {
-				if v := string(file.Backend.Config[k]); v != want {
+				var compact bytes.Buffer
+				_ = json.Compact(&compact, file.Backend.Config[k])
+				if v := compact.String(); v != want {
 					t.Errorf("%s = %s, want %s", k, v, want)
 				}
 			}
@@ -189,7 +201,8 @@ func TestRunsShareTheModuleCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Name, req.Operation, req.ModuleDir, req.CacheDir = claim+"-"+string(op), op, module, cache
-		req.Backend = Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": claim, "namespace": "default"}}
+		req.Backend = Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": claim, "namespace": "default"},
+			Maps: map[string]map[string]string{"labels": {LabelNodeClaimUID: "uid-" + claim}}}
 		req.Env = map[string]string{"KUBE_CONFIG_PATH": cp.Kubeconfig}
 		return req
 	}
@@ -236,8 +249,13 @@ func TestRunsShareTheModuleCache(t *testing.T) {
 	tree := filepath.Join(cache, cacheModules, entries[0])
 	before := snapshot(t, tree)
 	for _, claim := range []string{"cache-a", "cache-b", "cache-c"} {
-		if _, err := cs.CoreV1().Secrets("default").Get(context.Background(), "tfstate-default-"+claim, metav1.GetOptions{}); err != nil {
+		// Each state carries its own claim's labels, also when the backend was configured
+		// from the template another claim's run made.
+		secret, err := cs.CoreV1().Secrets("default").Get(context.Background(), "tfstate-default-"+claim, metav1.GetOptions{})
+		if err != nil {
 			t.Errorf("state of %s: %v", claim, err)
+		} else if got := secret.Labels[LabelNodeClaimUID]; got != "uid-"+claim {
+			t.Errorf("state of %s labelled %s=%q", claim, LabelNodeClaimUID, got)
 		}
 	}
 
@@ -317,4 +335,19 @@ func snapshot(t *testing.T, dir string) string {
 	}
 	sort.Strings(names)
 	return fmt.Sprintf("%d entries %s", len(names), hex.EncodeToString(h.Sum(nil))[:16])
+}
+
+// TestBackendConfig: -backend-config values in key order; a map is an HCL object, in key
+// order, with template sequences escaped.
+func TestBackendConfig(t *testing.T) {
+	got := backendConfig(Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "abc", "namespace": "states"},
+		Maps: map[string]map[string]string{"labels": {"b.example/x": "2", "a.example/y": "1", "odd": `${x}"%{y}`}}})
+	want := []string{
+		`labels={"a.example/y" = "1", "b.example/x" = "2", "odd" = "$${x}\"%%{y}"}`,
+		"namespace=states",
+		"secret_suffix=abc",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("backendConfig = %q, want %q", got, want)
+	}
 }

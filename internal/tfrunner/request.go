@@ -28,11 +28,14 @@ const (
 )
 
 // Backend selects where the run's state lives. The module gets a partial
-// `backend "<Type>" {}` block; Config is passed as -backend-config key=value pairs. Values in
-// Config end up on the command line and in .terraform/: credentials belong in Request.Env.
+// `backend "<Type>" {}` block; Config is passed as -backend-config key=value pairs, and Maps
+// (settings that are maps of strings, such as the kubernetes backend's labels) as
+// key={"k" = "v", ...}. Values in Config and Maps end up on the command line and in
+// .terraform/: credentials belong in Request.Env.
 type Backend struct {
-	Type   string            `json:"type"`
-	Config map[string]string `json:"config,omitempty"`
+	Type   string                       `json:"type"`
+	Config map[string]string            `json:"config,omitempty"`
+	Maps   map[string]map[string]string `json:"maps,omitempty"`
 }
 
 // Request is one tofu operation for one claim. It is written to a 0600 file and read by the

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -319,7 +320,7 @@ func copyFile(from, to string, perm os.FileMode) error {
 // in the working directory) applies.
 func writeBackendFile(moduleDir string, b Backend) error {
 	if b.Type == "" {
-		if len(b.Config) > 0 {
+		if len(b.Config) > 0 || len(b.Maps) > 0 {
 			return fmt.Errorf("%w: backend configuration without a backend type", ErrInvalidRequest)
 		}
 		return nil
@@ -332,16 +333,32 @@ func writeBackendFile(moduleDir string, b Backend) error {
 }
 
 func backendConfig(b Backend) []string {
-	keys := make([]string, 0, len(b.Config))
-	for k := range b.Config {
-		keys = append(keys, k)
+	values := maps.Clone(b.Config)
+	if values == nil {
+		values = map[string]string{}
 	}
-	sort.Strings(keys)
-	kvs := make([]string, 0, len(keys))
-	for _, k := range keys {
-		kvs = append(kvs, k+"="+b.Config[k])
+	for k, m := range b.Maps {
+		values[k] = hclStringMap(m)
+	}
+	kvs := make([]string, 0, len(values))
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		kvs = append(kvs, k+"="+values[k])
 	}
 	return kvs
+}
+
+// hclStringMap writes a map of strings as an HCL object, the form -backend-config takes for a
+// map argument (tofu parses a non-primitive value as an expression). Template sequences are
+// escaped, so a value reaches the backend unchanged.
+func hclStringMap(m map[string]string) string {
+	quote := func(s string) string {
+		return strings.NewReplacer("${", "$${", "%{", "%%{").Replace(strconv.Quote(s))
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, quote(k)+" = "+quote(m[k]))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 // writeVarsFile writes the variables the module declares to a 0600 file and returns the names
