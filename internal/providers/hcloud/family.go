@@ -12,6 +12,7 @@ type Family struct{}
 var (
 	_ family.Family     = (*Family)(nil)
 	_ family.ErrorRules = (*Family)(nil)
+	_ family.Catalogue  = (*Family)(nil)
 )
 
 // NewFamily returns the Hetzner Cloud family.
