@@ -203,6 +203,9 @@ const (
 	ReasonNoTypesSelected = "NoTypesSelected"
 	// ReasonUnknownOverride: spec.catalog.overrides names a type the catalogue does not have.
 	ReasonUnknownOverride = "UnknownOverride"
+	// ReasonOrphanMachineDeleted (an event on the class): the orphan collector deleted a
+	// machine of this cluster whose claim has no NodeClaim, Fulfillment or state.
+	ReasonOrphanMachineDeleted = "OrphanMachineDeleted"
 	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
 	// Karpenter's 15 minutes (RegistrationWindow; NodeTypesLaunchable when no type fits).
 	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"

@@ -131,6 +131,13 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		// For the module to label what it creates with the NodePool.
 		labels[karpv1.NodePoolLabelKey] = s.f.Spec.NodePool
 	}
+	// For the module to label its machine as this cluster's, the claim's and the class's: a
+	// family's inventory finds it by them, and the orphan collector proves it ours.
+	labels[v1alpha1.LabelNodeClaim] = s.f.Name
+	labels[v1alpha1.LabelNodeClass] = s.f.Spec.NodeClass
+	if c.opts.ClusterName != "" {
+		labels[v1alpha1.LabelCluster] = c.opts.ClusterName
+	}
 	backend, workspace, backendEnv, err := c.runBackend(ctx, s)
 	if err != nil {
 		return tfrunner.Request{}, err

@@ -67,6 +67,37 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%s (%s, HTTP %d)", e.message, e.code, e.status)
 }
 
+// call makes one request and returns the answer's body; an error answer is an *apiError.
+func (a *api) call(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
+	target := a.endpoint + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("User-Agent", "fulfiller")
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e schema.ErrorResponse
+		if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
+			return nil, &apiError{status: resp.StatusCode, code: "http_error", message: strings.TrimSpace(string(body))}
+		}
+		return nil, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
+	}
+	return body, nil
+}
+
 // get reads one page of a list into out (a *schema.XListResponse embedding the meta) and
 // returns the next page, 0 after the last.
 func (a *api) get(ctx context.Context, path string, query url.Values, page int, out any) (int, error) {
@@ -76,27 +107,9 @@ func (a *api) get(ctx context.Context, path string, query url.Values, page int, 
 	}
 	q.Set("page", strconv.Itoa(page))
 	q.Set("per_page", strconv.Itoa(perPage))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.endpoint+path+"?"+q.Encode(), nil)
+	body, err := a.call(ctx, http.MethodGet, path, q)
 	if err != nil {
 		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	req.Header.Set("User-Agent", "fulfiller")
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e schema.ErrorResponse
-		if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
-			return 0, &apiError{status: resp.StatusCode, code: "http_error", message: strings.TrimSpace(string(body))}
-		}
-		return 0, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return 0, fmt.Errorf("decoding %s: %w", path, err)
@@ -130,6 +143,49 @@ func (a *api) serverTypes(ctx context.Context) ([]schema.ServerType, error) {
 		page = next
 	}
 	return out, nil
+}
+
+// servers reads every server with labels matching selector.
+func (a *api) servers(ctx context.Context, selector string) ([]schema.Server, error) {
+	var out []schema.Server
+	for page, n := 1, 0; page != 0; n++ {
+		if n == maxPages {
+			return nil, fmt.Errorf("listing servers: more than %d pages", maxPages)
+		}
+		var resp schema.ServerListResponse
+		next, err := a.get(ctx, "/servers", url.Values{"label_selector": {selector}}, page, &resp)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.Servers...)
+		page = next
+	}
+	return out, nil
+}
+
+// server reads one server; false when it is gone.
+func (a *api) server(ctx context.Context, id int64) (schema.Server, bool, error) {
+	body, err := a.call(ctx, http.MethodGet, "/servers/"+strconv.FormatInt(id, 10), nil)
+	if e, ok := err.(*apiError); ok && e.code == "not_found" {
+		return schema.Server{}, false, nil
+	}
+	if err != nil {
+		return schema.Server{}, false, err
+	}
+	var resp schema.ServerGetResponse
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return schema.Server{}, false, fmt.Errorf("decoding server %d: %w", id, err)
+	}
+	return resp.Server, true, nil
+}
+
+// deleteServer deletes a server (the API answers with the delete action, which runs on).
+func (a *api) deleteServer(ctx context.Context, id int64) error {
+	_, err := a.call(ctx, http.MethodDelete, "/servers/"+strconv.FormatInt(id, 10), nil)
+	if e, ok := err.(*apiError); ok && e.code == "not_found" {
+		return nil
+	}
+	return err
 }
 
 // familyError names what the API refused: a token that is wrong or may not read is
