@@ -156,6 +156,11 @@ const (
 	// deadline and join timeout cannot fit Karpenter's 15-minute registration window; those
 	// types are listed but not launchable. It is not part of Ready.
 	ConditionRegistrationWindow = "RegistrationWindow"
+	// ConditionCatalogReady (classes with spec.catalog) is True when the catalogue was read
+	// within its refresh interval and the selection resolved to node types. A failed refresh
+	// that keeps a last good list sets it False as a warning (Ready stays True, the list is
+	// used); with no list to use, Ready is False with its reason.
+	ConditionCatalogReady = "CatalogReady"
 )
 
 // ConditionTerminating is set on a TofuNodeClass being deleted: its finalizer keeps it while
@@ -216,6 +221,20 @@ const (
 	// ReasonCredentialsUnchecked: the family could not check the credentials (its API did
 	// not answer); checked again soon.
 	ReasonCredentialsUnchecked = "CredentialsUnchecked"
+	// CatalogReady's reasons. ReasonCatalogResolved: read and selected.
+	ReasonCatalogResolved = "CatalogResolved"
+	// ReasonCatalogUnsupported: the class's family has no catalogue (or the class has none).
+	ReasonCatalogUnsupported = "CatalogUnsupported"
+	// ReasonCatalogRefreshFailed: the catalogue could not be read; the last good list, if
+	// any, is kept.
+	ReasonCatalogRefreshFailed = "CatalogRefreshFailed"
+	// ReasonNoTypesSelected: spec.catalog.select matches no type of the catalogue.
+	ReasonNoTypesSelected = "NoTypesSelected"
+	// ReasonUnknownOverride: spec.catalog.overrides names a type the catalogue does not have.
+	ReasonUnknownOverride = "UnknownOverride"
+	// ReasonOrphanMachineDeleted (an event on the class): the orphan collector deleted a
+	// machine of this cluster whose claim has no NodeClaim, Fulfillment or state.
+	ReasonOrphanMachineDeleted = "OrphanMachineDeleted"
 	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
 	// Karpenter's 15 minutes (RegistrationWindow; NodeTypesLaunchable when no type fits).
 	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"

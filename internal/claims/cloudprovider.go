@@ -57,8 +57,10 @@ type CloudProvider struct {
 
 type cachedTypes struct {
 	generation int64
-	seq        uint64
-	types      []*cloudprovider.InstanceType
+	// catalog is the version of the class's resolved catalogue (empty for spec.nodeTypes).
+	catalog string
+	seq     uint64
+	types   []*cloudprovider.InstanceType
 }
 
 var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
@@ -343,7 +345,9 @@ func toNodeClaim(f *v1alpha1.Fulfillment) *karpv1.NodeClaim {
 }
 
 // GetInstanceTypes lists every node type of the pool's NodeClass, cached per NodeClass
-// generation and unavailable-offerings change.
+// generation, catalogue version and unavailable-offerings change. A class whose catalogue
+// has not resolved yet is an error, never an empty list: Karpenter skips the pool instead of
+// concluding that nothing fits.
 func (c *CloudProvider) GetInstanceTypes(ctx context.Context, pool *karpv1.NodePool) ([]*cloudprovider.InstanceType, error) {
 	if pool.Spec.Template.Spec.NodeClassRef == nil {
 		return nil, fmt.Errorf("nodepool %s has no nodeClassRef", pool.Name)
@@ -359,14 +363,21 @@ func (c *CloudProvider) instanceTypes(nc *v1alpha1.TofuNodeClass) ([]*cloudprovi
 	seq := c.unavailable.SeqNum()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if hit, ok := c.cache[nc.UID]; ok && hit.generation == nc.Generation && hit.seq == seq {
+	version := ""
+	if nc.Status.Catalog != nil {
+		version = nc.Status.Catalog.Version
+	}
+	if hit, ok := c.cache[nc.UID]; ok && hit.generation == nc.Generation && hit.catalog == version && hit.seq == seq {
 		return hit.types, nil
+	}
+	if len(nc.NodeTypes()) == 0 {
+		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("the catalogue of nodeclass %s has not resolved to node types yet", nc.Name))
 	}
 	its, err := instanceTypes(nc, c.unavailable)
 	if err != nil {
 		return nil, err
 	}
-	c.cache[nc.UID] = cachedTypes{generation: nc.Generation, seq: seq, types: its}
+	c.cache[nc.UID] = cachedTypes{generation: nc.Generation, catalog: version, seq: seq, types: its}
 	return its, nil
 }
 

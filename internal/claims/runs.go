@@ -118,6 +118,17 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		}
 	}
 	settings := c.runSettings(s)
+	labels := maps.Clone(settings.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	// For the module to label its machine as this cluster's, the claim's and the class's: a
+	// family's inventory finds it by them, and the orphan collector proves it ours.
+	labels[v1alpha1.LabelNodeClaim] = s.f.Name
+	labels[v1alpha1.LabelNodeClass] = s.f.Spec.NodeClass
+	if c.opts.ClusterName != "" {
+		labels[v1alpha1.LabelCluster] = c.opts.ClusterName
+	}
 	backend, workspace, backendEnv, err := c.runBackend(ctx, s)
 	if err != nil {
 		return tfrunner.Request{}, err
@@ -151,7 +162,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 			tfrunner.VarNodeType:   s.f.Spec.NodeType,
 			tfrunner.VarZone:       s.f.Spec.Zone,
 			tfrunner.VarUserData:   userData,
-			tfrunner.VarLabels:     maps.Clone(settings.Labels),
+			tfrunner.VarLabels:     labels,
 			tfrunner.VarParameters: maps.Clone(settings.Parameters),
 		},
 		Env:      env,

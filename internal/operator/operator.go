@@ -54,6 +54,8 @@ func Run(families family.Registry) {
 			claims.NewNodeClassController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder).
 				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()).WithFamilies(families, opts.ClusterName),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
+			claims.NewMachineCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families, opts.ClusterName,
+				opts.Namespace, opts.StateNamespace, opts.OrphanGrace, time.Minute),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
 				Namespace:       opts.Namespace,
 				StateNamespace:  opts.StateNamespace,

@@ -162,6 +162,7 @@ func TestInstall(t *testing.T) {
 			// States and locks: read, a stale lock released, both removed after a destroy.
 			{"get", "", "secrets", stateNS, "tfstate-default-claim-a", true},
 			{"delete", "", "secrets", stateNS, "tfstate-default-claim-a", true},
+			{"list", "", "secrets", stateNS, "", true}, // the orphan collector finds orphaned states
 			{"get", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
 			{"update", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
 			{"delete", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
@@ -208,7 +209,6 @@ func TestInstall(t *testing.T) {
 			{"create", "fulfiller.sh", "tofunodeclasses", "", "", false},
 			{"create", "", "secrets", stateNS, "", false},
 			{"update", "", "secrets", stateNS, "tfstate-default-claim-a", false},
-			{"list", "", "secrets", stateNS, "", false},
 			{"create", "coordination.k8s.io", "leases", stateNS, "", false},
 			{"update", "coordination.k8s.io", "leases", releaseNS, "someone-elses-lease", false},
 			{"delete", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", false},
