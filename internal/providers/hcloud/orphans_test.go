@@ -107,7 +107,8 @@ func TestOrphanCollection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Action.WaitFor(ctx, res.Action); err != nil {
+		// The server is locked until its create and the start that follows it are done.
+		if err := c.Action.WaitFor(ctx, append([]*hcloud.Action{res.Action}, res.NextActions...)...); err != nil {
 			t.Fatal(err)
 		}
 		servers[name] = res.Server.ID
