@@ -40,17 +40,24 @@ type PGBackendSpec struct {
 	// (postgres://user:password@host:5432/db?sslmode=require). Runs get it as PG_CONN_STR.
 	ConnSecretRef SecretKeyRef `json:"connSecretRef"`
 	// SchemaName is the schema holding the states table. The API server stores its default,
-	// fulfiller (Backend.PGSchema), so that it cannot change afterwards.
+	// fulfiller (Backend.PGSchema), so that it cannot change afterwards (TofuNodeClassSpec's
+	// rules).
 	// +kubebuilder:default=fulfiller
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	SchemaName string `json:"schemaName,omitempty"`
 }
 
+// LabelCredentials opts a Secret in to being named by a class's spec.credentials: its value
+// must be "true". Other Secrets of the fulfiller's namespace (the passphrase, claims' user
+// data) can never become a run's environment.
+const LabelCredentials = Group + "/credentials"
+
 // CredentialsSource is a Secret whose keys become the environment of the class's runs.
 type CredentialsSource struct {
-	// SecretName is a Secret in the fulfiller's namespace.
+	// SecretName is a Secret in the fulfiller's namespace, labelled fulfiller.sh/credentials:
+	// "true".
 	// +kubebuilder:validation:MinLength=1
 	SecretName string `json:"secretName"`
 }

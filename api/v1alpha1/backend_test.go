@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -97,5 +98,57 @@ func TestBackendValidation(t *testing.T) {
 	changed.Spec.Backend.PG.ConnSecretRef.Name = "db-rotated"
 	if err := kube.Update(ctx, changed); err != nil {
 		t.Errorf("changing the connection secret: %v", err)
+	}
+
+	// A class created without spec.backend (the API server stores none, so no default either):
+	// the backend cannot be added afterwards, as if it had always been there.
+	bare := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "TofuNodeClass",
+		"metadata": map[string]any{"name": "bare"},
+		"spec": map[string]any{
+			"module":    map[string]any{"source": "/m"},
+			"bootstrap": map[string]any{"apiServerEndpoint": "127.0.0.1:6443"},
+			"nodeTypes": []any{map[string]any{"name": "small", "capacity": map[string]any{"cpu": "2", "memory": "4Gi"},
+				"offerings": []any{map[string]any{"zone": "a", "price": "0.01"}}}},
+		},
+	}}
+	if err := kube.Create(ctx, bare); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		backend v1alpha1.Backend
+		want    string // empty: accepted
+	}{
+		{name: "type pg", backend: v1alpha1.Backend{Type: v1alpha1.BackendPG, PG: pg}, want: "spec.backend.type is immutable"},
+		{name: "a namespace", backend: v1alpha1.Backend{Namespace: "elsewhere"}, want: "spec.backend.namespace is immutable"},
+		{name: "the default type", backend: v1alpha1.Backend{Type: v1alpha1.BackendKubernetes}},
+	} {
+		got := &v1alpha1.TofuNodeClass{}
+		if err := kube.Get(ctx, client.ObjectKey{Name: "bare"}, got); err != nil {
+			t.Fatal(err)
+		}
+		if tc.want != "" && got.Spec.Backend.Type != "" {
+			t.Fatalf("the class without a backend has one: %+v", got.Spec.Backend)
+		}
+		got.Spec.Backend = tc.backend
+		err := kube.Update(ctx, got)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("adding %s to a class created without a backend: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+
+	// A provider ID template that does not name the node gives every claim the same ID.
+	for _, tc := range []struct{ template, want string }{
+		{"kubevirt://vm", "providerIDTemplate must contain {name}"},
+		{"kubevirt://{name}", ""},
+	} {
+		nc := class("template-"+strings.Trim(strings.ReplaceAll(tc.template, "/", ""), "{}:"), v1alpha1.Backend{})
+		nc.Name = strings.NewReplacer("{", "", "}", "", ":", "").Replace(nc.Name)
+		nc.Spec.NodeTypes[0].ProviderIDTemplate = tc.template
+		err := kube.Create(ctx, nc)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("template %q: create = %v, want %q", tc.template, err, tc.want)
+		}
 	}
 }

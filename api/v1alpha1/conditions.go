@@ -42,6 +42,10 @@ const (
 	// ReasonStoppingApply: the claim was deleted while its apply ran; the destroy waits for the
 	// interrupted apply to stop (tofu releases its lock).
 	ReasonStoppingApply = "StoppingApply"
+	// ReasonAwaitingNodeClaimDeletion: the Fulfillment was deleted while its NodeClaim lives;
+	// the fulfiller deleted the NodeClaim, and the destroy waits until Karpenter has drained
+	// its node and called Delete.
+	ReasonAwaitingNodeClaimDeletion = "AwaitingNodeClaimDeletion"
 	// ReasonApplied: the machine exists (True).
 	ReasonApplied = "Applied"
 	// ReasonDestroyed: the machine is destroyed and its state removed (True).
@@ -107,6 +111,9 @@ const (
 	ReasonFulfillmentConflict = "FulfillmentConflict"
 	// ReasonNodeTypeNotFound: the chosen node type is no longer in the NodeClass.
 	ReasonNodeTypeNotFound = "NodeTypeNotFound"
+	// ReasonNodeClassReadinessUnknown: the NodeClass's checks have not answered yet (Ready is
+	// Unknown); Karpenter calls Create again, where NodeClassNotReady would delete the claim.
+	ReasonNodeClassReadinessUnknown = "NodeClassReadinessUnknown"
 	// ReasonInvalidClaimName: the claim's name cannot name a state.
 	ReasonInvalidClaimName = "InvalidClaimName"
 )
@@ -149,6 +156,23 @@ const (
 	// deadline and join timeout cannot fit Karpenter's 15-minute registration window; those
 	// types are listed but not launchable. It is not part of Ready.
 	ConditionRegistrationWindow = "RegistrationWindow"
+	// ConditionCatalogReady (classes with spec.catalog) is True when the catalogue was read
+	// within its refresh interval and the selection resolved to node types. A failed refresh
+	// that keeps a last good list sets it False as a warning (Ready stays True, the list is
+	// used); with no list to use, Ready is False with its reason.
+	ConditionCatalogReady = "CatalogReady"
+)
+
+// ConditionTerminating is set on a TofuNodeClass being deleted: its finalizer keeps it while
+// Fulfillments of it exist, so that their machines are destroyed with the settings they
+// recorded and the class goes last. It is not part of Ready.
+const ConditionTerminating = "Terminating"
+
+// Reasons of the Terminating condition.
+const (
+	// ReasonClaimsRemaining: the class waits for its claims' machines to be destroyed; the
+	// message says how many remain.
+	ReasonClaimsRemaining = "ClaimsRemaining"
 )
 
 // classChecks are the conditions a TofuNodeClass's Ready is composed of, in order.
@@ -169,6 +193,11 @@ const (
 	ReasonEncryptionKeyMissing = "EncryptionKeyMissing"
 	// ReasonInvalidEncryptionKey: the passphrase is too short (pbkdf2 needs 16 characters).
 	ReasonInvalidEncryptionKey = "InvalidEncryptionKey"
+	// ReasonEncryptionKeyChanged: a claim's state was written with another passphrase than
+	// its key Secret holds now (the key fingerprint it recorded differs); no run of it starts
+	// until the passphrase it was written with is back (on a Fulfillment's Applied or
+	// Destroyed).
+	ReasonEncryptionKeyChanged = "EncryptionKeyChanged"
 	// ReasonBackendSecretMissing: the Secret or key named by spec.backend.pg.connSecretRef
 	// does not exist.
 	ReasonBackendSecretMissing = "BackendSecretMissing"
@@ -179,7 +208,12 @@ const (
 	ReasonInvalidBackendSecret = "InvalidBackendSecret"
 	// ReasonCredentialsMissing: a Secret named in spec.credentials does not exist.
 	ReasonCredentialsMissing = "CredentialsMissing"
-	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name.
+	// ReasonCredentialsNotOptedIn: a Secret named in spec.credentials is not labelled
+	// LabelCredentials=true; only Secrets made for it may become a run's environment.
+	ReasonCredentialsNotOptedIn = "CredentialsNotOptedIn"
+	// ReasonInvalidCredentialsSecret: a key of such a Secret is no environment variable name,
+	// or one that the fulfiller sets for tofu (TF_VAR_*, TF_LOG*, TF_CLI_ARGS*, TF_WORKSPACE,
+	// ...: terraform-exec refuses them).
 	ReasonInvalidCredentialsSecret = "InvalidCredentialsSecret"
 	// ReasonInvalidCredentials: the class's family says its credentials do not work (a wrong
 	// or revoked token, or one without a right it needs).
@@ -187,6 +221,20 @@ const (
 	// ReasonCredentialsUnchecked: the family could not check the credentials (its API did
 	// not answer); checked again soon.
 	ReasonCredentialsUnchecked = "CredentialsUnchecked"
+	// CatalogReady's reasons. ReasonCatalogResolved: read and selected.
+	ReasonCatalogResolved = "CatalogResolved"
+	// ReasonCatalogUnsupported: the class's family has no catalogue (or the class has none).
+	ReasonCatalogUnsupported = "CatalogUnsupported"
+	// ReasonCatalogRefreshFailed: the catalogue could not be read; the last good list, if
+	// any, is kept.
+	ReasonCatalogRefreshFailed = "CatalogRefreshFailed"
+	// ReasonNoTypesSelected: spec.catalog.select matches no type of the catalogue.
+	ReasonNoTypesSelected = "NoTypesSelected"
+	// ReasonUnknownOverride: spec.catalog.overrides names a type the catalogue does not have.
+	ReasonUnknownOverride = "UnknownOverride"
+	// ReasonOrphanMachineDeleted (an event on the class): the orphan collector deleted a
+	// machine of this cluster whose claim has no NodeClaim, Fulfillment or state.
+	ReasonOrphanMachineDeleted = "OrphanMachineDeleted"
 	// ReasonExceedsRegistrationWindow: a node type's apply deadline + join timeout is over
 	// Karpenter's 15 minutes (RegistrationWindow; NodeTypesLaunchable when no type fits).
 	ReasonExceedsRegistrationWindow = "ExceedsRegistrationWindow"

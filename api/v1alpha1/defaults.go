@@ -73,6 +73,12 @@ func (in *NodeType) ProviderIDFromOrDefault() ProviderIDFrom {
 	return out
 }
 
+// ApplyDeadlineOrDefault bounds each apply run of the claim (its node type's deadlines.apply
+// as recorded).
+func (in *RunSettings) ApplyDeadlineOrDefault() time.Duration {
+	return durationOr(in.ApplyDeadline, DefaultApplyDeadline)
+}
+
 // ArchitectureOrDefault is the type's kubernetes.io/arch.
 func (in *NodeType) ArchitectureOrDefault() string {
 	if in.Architecture == "" {
@@ -143,3 +149,20 @@ func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	}
 	return def
 }
+
+// Catalogue refresh intervals (spec.catalog.refreshInterval).
+const (
+	DefaultCatalogRefresh = 10 * time.Minute
+	MinCatalogRefresh     = time.Minute
+)
+
+// RefreshIntervalOrDefault is how often the class's catalogue is read: default 10m, at least 1m.
+func (in *Catalog) RefreshIntervalOrDefault() time.Duration {
+	if in == nil || in.RefreshInterval == nil || in.RefreshInterval.Duration <= 0 {
+		return DefaultCatalogRefresh
+	}
+	return max(in.RefreshInterval.Duration, MinCatalogRefresh)
+}
+
+// GrossPrices reports whether the class wants prices with VAT.
+func (in *Catalog) GrossPrices() bool { return in != nil && in.Prices == "gross" }

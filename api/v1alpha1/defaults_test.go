@@ -15,13 +15,15 @@ import (
 
 // TestDefaultsLiveOnce: a default is a Go method of the API types. The CRDs carry a default
 // only for the fields whose stored value must not change afterwards (where the claims' states
-// are), and there it is the same value the method falls back to.
+// are: a class's backend, and the backend a Fulfillment recorded from it), and there it is the
+// same value the method falls back to.
 func TestDefaultsLiveOnce(t *testing.T) {
 	var empty v1alpha1.TofuNodeClass
-	want := map[string]string{
-		"spec.backend.type":              string(empty.Spec.Backend.TypeOrDefault()),
-		"spec.backend.pg.schemaName":     empty.Spec.Backend.PGSchema(),
-		"spec.backend.encryption.method": string((&v1alpha1.BackendEncryption{}).MethodOrDefault()),
+	want := map[string]string{}
+	for _, backend := range []string{"spec.backend", "spec.settings.backend"} {
+		want[backend+".type"] = string(empty.Spec.Backend.TypeOrDefault())
+		want[backend+".pg.schemaName"] = empty.Spec.Backend.PGSchema()
+		want[backend+".encryption.method"] = string((&v1alpha1.BackendEncryption{}).MethodOrDefault())
 	}
 	got := map[string]string{}
 	for _, crd := range crds.CRDs {

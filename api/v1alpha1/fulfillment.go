@@ -28,6 +28,12 @@ type Fulfillment struct {
 	Status FulfillmentStatus `json:"status,omitempty"`
 }
 
+// AnnotationDeleteCalled is set on a Fulfillment (to the time, RFC 3339) when Karpenter calls
+// CloudProvider.Delete for its claim, after draining the node. A Fulfillment deleted otherwise
+// (by a user) whose NodeClaim is launched is not destroyed until then: the fulfiller deletes
+// the NodeClaim, so the node is drained first.
+const AnnotationDeleteCalled = Group + "/delete-called"
+
 // FulfillmentSpec is what CloudProvider.Create decided; it does not change afterwards.
 type FulfillmentSpec struct {
 	NodeClaimUID string `json:"nodeClaimUID"`
@@ -55,6 +61,33 @@ type FulfillmentSpec struct {
 	// server's number and path), passed to the module's parameters over the class's variables.
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
+	// Settings are what every run of the claim uses, its retries and its destroy included,
+	// recorded from the class and node type when Create decided: an edited or deleted class
+	// cannot change how an existing machine is destroyed. Absent in Fulfillments made before
+	// they were recorded; those use their class's.
+	// +optional
+	Settings *RunSettings `json:"settings,omitempty"`
+}
+
+// RunSettings are a claim's run settings as its class and node type said at Create.
+type RunSettings struct {
+	// Backend of the claim's state, its namespace resolved (the class's, or the fulfiller's
+	// state namespace), with the Secret references of the pg connection and the encryption
+	// key.
+	Backend Backend `json:"backend"`
+	// Credentials are the Secrets whose keys become the runs' environment.
+	// +optional
+	Credentials []CredentialsSource `json:"credentials,omitempty"`
+	// Parameters are the module's parameters input: the class's variables, the node type's
+	// over them.
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+	// Labels are the module's labels input: the node's labels and its NodePool.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// ApplyDeadline bounds each apply run (the node type's deadlines.apply).
+	// +optional
+	ApplyDeadline *metav1.Duration `json:"applyDeadline,omitempty"`
 }
 
 type FulfillmentStatus struct {
@@ -97,6 +130,12 @@ type FulfillmentStatus struct {
 	// LockHolder is who holds the claim's state lock while a run waits for it.
 	// +optional
 	LockHolder *LockHolder `json:"lockHolder,omitempty"`
+	// EncryptionKeyFingerprint identifies the passphrase the claim's state is encrypted with
+	// (pbkdf2, no cheaper to guess from than the state), recorded when its first run started:
+	// a passphrase changed in its Secret afterwards is reported (EncryptionKeyChanged) before
+	// any run fails to decrypt the state.
+	// +optional
+	EncryptionKeyFingerprint string `json:"encryptionKeyFingerprint,omitempty"`
 }
 
 // LockHolder is who holds a state lock, from the lock's own record.

@@ -16,6 +16,7 @@ import (
 // +kubebuilder:printcolumn:name="Types",type=integer,JSONPath=`.status.nodeTypeCount`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Refreshed",type=date,JSONPath=`.status.catalog.refreshed`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type TofuNodeClass struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -25,6 +26,13 @@ type TofuNodeClass struct {
 	Status TofuNodeClassStatus `json:"status,omitempty"`
 }
 
+// The backend's type, namespace and pg schema decide where existing claims' states are: they
+// cannot change, also when spec.backend (or the field) was absent and took its default.
+// (CEL escapes the reserved word namespace as __namespace__.)
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.type) ? oldSelf.backend.type : 'kubernetes') == (has(self.backend) && has(self.backend.type) ? self.backend.type : 'kubernetes')",message="spec.backend.type is immutable: the states of existing claims would be lost"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.backend) && has(oldSelf.backend.__namespace__) && size(oldSelf.backend.__namespace__) > 0 ? has(self.backend) && has(self.backend.__namespace__) && self.backend.__namespace__ == oldSelf.backend.__namespace__ : !(has(self.backend) && has(self.backend.__namespace__) && size(self.backend.__namespace__) > 0)",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.pg) && has(oldSelf.backend.pg.schemaName) ? oldSelf.backend.pg.schemaName : 'fulfiller') == (has(self.backend) && has(self.backend.pg) && has(self.backend.pg.schemaName) ? self.backend.pg.schemaName : 'fulfiller')",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
+// +kubebuilder:validation:XValidation:rule="has(self.nodeTypes) != has(self.catalog)",message="set exactly one of nodeTypes and catalog"
 type TofuNodeClassSpec struct {
 	// Family names the kind of infrastructure the module builds, so that the fulfiller can
 	// use what it knows about it: its error rules, its catalogue of node types, the machines
@@ -52,11 +60,19 @@ type TofuNodeClassSpec struct {
 	Variables map[string]string `json:"variables,omitempty"`
 	// Bootstrap configures how machines join the cluster.
 	Bootstrap BootstrapSpec `json:"bootstrap"`
-	// NodeTypes are the instance types Karpenter may launch with this class.
+	// NodeTypes are the instance types Karpenter may launch with this class (the static
+	// catalogue). Set either nodeTypes or catalog.
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
 	// +listType=map
 	// +listMapKey=name
-	NodeTypes []NodeType `json:"nodeTypes"`
+	// +optional
+	NodeTypes []NodeType `json:"nodeTypes,omitempty"`
+	// Catalog selects the node types from the family's live catalogue (its cloud's server
+	// types and prices, refreshed on an interval) instead of listing them in nodeTypes. The
+	// resolved types are in status.catalog.
+	// +optional
+	Catalog *Catalog `json:"catalog,omitempty"`
 	// Readiness declares the gates (taints under readiness.k8s.io/) a node passes before pods
 	// may land on it, and what happens when one misses its deadline.
 	// +optional
@@ -83,12 +99,13 @@ type Backend struct {
 	// Type of the backend. The kubernetes backend keeps each state in a Secret and locks it
 	// with a Lease; pg keeps it in a PostgreSQL table (spec.backend.pg). The API server
 	// stores its default, kubernetes (TypeOrDefault), so that it cannot change afterwards.
+	// It cannot change (TofuNodeClassSpec's rules).
 	// +kubebuilder:default=kubernetes
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.type is immutable: the states of existing claims would be lost"
 	// +optional
 	Type BackendType `json:"type,omitempty"`
-	// Namespace for the kubernetes backend's Secrets and Leases (default: the fulfiller's).
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
+	// Namespace for the kubernetes backend's Secrets and Leases (default: the fulfiller's state
+	// namespace). It cannot change (TofuNodeClassSpec's rules).
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 	// PG configures the pg backend (type pg).
@@ -164,8 +181,10 @@ type NodeType struct {
 	// +optional
 	Variables map[string]string `json:"variables,omitempty"`
 	// ProviderIDTemplate, when set, makes the provider ID known before the apply: `{name}` is
-	// replaced by the node name (e.g. `kubevirt://{name}`). Otherwise the module's provider_id
-	// output is awaited.
+	// replaced by the node name (e.g. `kubevirt://{name}`); it must contain it, or every claim
+	// would get the same ID. Otherwise the module's provider_id output is awaited.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.contains('{name}')",message="providerIDTemplate must contain {name}: every claim would get the same provider ID"
 	// +optional
 	ProviderIDTemplate string `json:"providerIDTemplate,omitempty"`
 	// ProviderIDFrom says how a machine learns its provider ID when no template makes it
@@ -235,6 +254,101 @@ type TofuNodeClassStatus struct {
 	// Hash of the spec that launched nodes are compared against for drift.
 	// +optional
 	Hash string `json:"hash,omitempty"`
+	// Catalog is what the class's catalogue resolved to (classes with spec.catalog only).
+	// +optional
+	Catalog *CatalogStatus `json:"catalog,omitempty"`
+}
+
+// Catalog selects node types from the class's family's catalogue.
+type Catalog struct {
+	// Select: a type of the catalogue is offered when it matches at least one selector (all
+	// of a selector's fields must match).
+	// +kubebuilder:validation:MinItems=1
+	Select []TypeSelector `json:"select"`
+	// Zones limits the offerings to these zones (Hetzner Cloud: locations such as fsn1);
+	// empty: every zone the catalogue offers.
+	// +optional
+	Zones []string `json:"zones,omitempty"`
+	// Prices: net (default) or gross (with VAT) hourly prices.
+	// +kubebuilder:validation:Enum=net;gross
+	// +optional
+	Prices string `json:"prices,omitempty"`
+	// RefreshInterval is how often the catalogue is read again (default 10m, at least 1m).
+	// +optional
+	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
+	// Overrides change selected types: their price, overhead, labels and variables.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Overrides []TypeOverride `json:"overrides,omitempty"`
+}
+
+// TypeSelector matches types of a catalogue. Empty fields match every type.
+type TypeSelector struct {
+	// Names of types (cx23, cpx32, ...).
+	// +optional
+	Names []string `json:"names,omitempty"`
+	// Series are product lines (Hetzner Cloud: cx, cpx, ccx, cax).
+	// +optional
+	Series []string `json:"series,omitempty"`
+	// CPU is shared or dedicated.
+	// +kubebuilder:validation:Enum=shared;dedicated
+	// +optional
+	CPU string `json:"cpu,omitempty"`
+	// Architecture (kubernetes.io/arch): amd64 or arm64.
+	// +kubebuilder:validation:Enum=amd64;arm64
+	// +optional
+	Architecture string `json:"architecture,omitempty"`
+	// MinCPU and MaxCPU bound the number of cores.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinCPU *int32 `json:"minCPU,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxCPU *int32 `json:"maxCPU,omitempty"`
+	// MinMemory and MaxMemory bound the memory (e.g. 4Gi).
+	// +optional
+	MinMemory *resource.Quantity `json:"minMemory,omitempty"`
+	// +optional
+	MaxMemory *resource.Quantity `json:"maxMemory,omitempty"`
+}
+
+// TypeOverride changes one type of the catalogue.
+type TypeOverride struct {
+	// Name of the type; it must be in the catalogue.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Price per hour in every zone, instead of the catalogue's.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +optional
+	Price string `json:"price,omitempty"`
+	// Overhead replaces the type's overhead (--kube-reserved).
+	// +optional
+	Overhead corev1.ResourceList `json:"overhead,omitempty"`
+	// Labels are added to nodes of the type.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Variables are merged over the class's variables for the type.
+	// +optional
+	Variables map[string]string `json:"variables,omitempty"`
+}
+
+// CatalogStatus is the last good list a class's catalogue resolved to. A failed refresh
+// keeps it (CatalogReady says so).
+type CatalogStatus struct {
+	// NodeTypes are the selected types, with overrides applied.
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	NodeTypes []NodeType `json:"nodeTypes,omitempty"`
+	// Version changes whenever anything in NodeTypes does.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Refreshed is when the catalogue was last read successfully.
+	// +optional
+	Refreshed *metav1.Time `json:"refreshed,omitempty"`
+	// ObservedGeneration is the class generation NodeTypes were selected for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // StatusConditions: Ready is composed of the class's checks (ClassChecks), and the status
@@ -250,11 +364,24 @@ func (in *TofuNodeClass) SetConditions(conditions []status.Condition) {
 	in.Status.Conditions = conditions
 }
 
+// NodeTypes are the class's node types: spec.nodeTypes, or for a class with a catalogue the
+// last good list it resolved to (none before the first).
+func (in *TofuNodeClass) NodeTypes() []NodeType {
+	if in.Spec.Catalog == nil {
+		return in.Spec.NodeTypes
+	}
+	if in.Status.Catalog == nil {
+		return nil
+	}
+	return in.Status.Catalog.NodeTypes
+}
+
 // NodeType returns the named node type.
 func (in *TofuNodeClass) NodeType(name string) (*NodeType, bool) {
-	for i := range in.Spec.NodeTypes {
-		if in.Spec.NodeTypes[i].Name == name {
-			return &in.Spec.NodeTypes[i], true
+	types := in.NodeTypes()
+	for i := range types {
+		if types[i].Name == name {
+			return &types[i], true
 		}
 	}
 	return nil, false

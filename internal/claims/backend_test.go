@@ -30,12 +30,12 @@ func TestRunRequestBackend(t *testing.T) {
 			Data: map[string][]byte{"passphrase": []byte(statePassphrase)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
 			Data: map[string][]byte{"conn": []byte(conn)}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud"},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 			Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase), "PG_CONN_STR": []byte("not this one")}},
 	).Build()
 	clk := clocktesting.NewFakeClock(time.Now())
 	c := NewFulfillmentController(secrets, secrets, clk, nil, nil, NewUnavailableOfferings(clk, time.Minute),
-		Options{Namespace: "fulfiller", TofuPath: "/bin/tofu", RunEnv: map[string]string{"KUBE_CONFIG_PATH": "/k"}})
+		Options{Namespace: "fulfiller", TofuPath: "/bin/tofu", RunEnv: map[string]string{"KUBE_CONFIG_PATH": "/k"}, ClusterName: "prod-eu"})
 	encryption := &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "state-key", Key: "passphrase"}}
 	wantEnc, err := statelock.EncryptionEnv(statePassphrase, "aes_gcm")
 	if err != nil {
@@ -53,7 +53,8 @@ func TestRunRequestBackend(t *testing.T) {
 		reason      string // of the BackendError, when the request cannot be built
 	}{
 		{name: "kubernetes", backend: v1alpha1.Backend{}, wantType: "kubernetes",
-			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"}, env: map[string]string{"KUBE_CONFIG_PATH": "/k"}},
+			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"},
+			env:    map[string]string{"KUBE_CONFIG_PATH": "/k"}},
 		{name: "kubernetes encrypted", backend: v1alpha1.Backend{Encryption: encryption}, wantType: "kubernetes",
 			config: map[string]string{"secret_suffix": "claim-a", "namespace": "fulfiller"},
 			env:    map[string]string{"KUBE_CONFIG_PATH": "/k", "TF_ENCRYPTION": wantEnc["TF_ENCRYPTION"]}},
@@ -81,7 +82,8 @@ func TestRunRequestBackend(t *testing.T) {
 			nc := testClass()
 			nc.Spec.Backend, nc.Spec.Credentials = tc.backend, tc.credentials
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
-			f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "claim-a", "/m", "claim-a"
+			f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName, f.Spec.NodeClaimUID = "claim-a", "/m", "claim-a", "uid-a"
+			f.Spec.NodeClass, f.Spec.NodePool = "c", "default"
 			s := &claimState{f: f, nc: nc, conds: f.StatusConditions()}
 			req, err := c.request(context.Background(), s, tfrunner.Apply, 1)
 			if tc.reason != "" {
@@ -110,6 +112,18 @@ func TestRunRequestBackend(t *testing.T) {
 			}
 			if req.Backend.Type != tc.wantType || req.Workspace != tc.workspace || !maps.Equal(req.Backend.Config, tc.config) || !maps.Equal(req.Env, tc.env) {
 				t.Errorf("request backend %+v workspace %q env keys %v", req.Backend, req.Workspace, slices.Sorted(maps.Keys(req.Env)))
+			}
+			// The kubernetes backend labels the claim's state Secret and lock Lease with its UID.
+			if labels := req.Backend.Maps["labels"]; tc.wantType == "kubernetes" && (len(labels) != 1 || labels[tfrunner.LabelNodeClaimUID] != "uid-a") {
+				t.Errorf("state labels %v, want %s=uid-a", labels, tfrunner.LabelNodeClaimUID)
+			}
+			// The module labels its machine as this cluster's, the claim's, the class's and the pool's.
+			labels, _ := req.Variables[tfrunner.VarLabels].(map[string]string)
+			for k, v := range map[string]string{v1alpha1.LabelCluster: "prod-eu", v1alpha1.LabelNodeClaim: "claim-a",
+				v1alpha1.LabelNodeClass: "c", v1alpha1.LabelNodePool: "default"} {
+				if labels[k] != v {
+					t.Errorf("label %s = %q, want %q (labels %v)", k, labels[k], v, labels)
+				}
 			}
 			for k, v := range req.Backend.Config {
 				if strings.Contains(v, statePassphrase) {

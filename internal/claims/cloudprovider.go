@@ -44,6 +44,9 @@ type CloudProvider struct {
 	kube        client.Client
 	clock       clock.Clock
 	unavailable *UnavailableOfferings
+	// stateNamespace holds the states of classes that name no namespace (recorded in each
+	// claim's settings).
+	stateNamespace string
 	// providerIDWait bounds how long Create waits for a module's provider_id output when a
 	// node type's provider ID cannot be predicted.
 	providerIDWait time.Duration
@@ -57,14 +60,23 @@ type CloudProvider struct {
 
 type cachedTypes struct {
 	generation int64
-	seq        uint64
-	types      []*cloudprovider.InstanceType
+	// catalog is the version of the class's resolved catalogue (empty for spec.nodeTypes).
+	catalog string
+	seq     uint64
+	types   []*cloudprovider.InstanceType
 }
 
 var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
 
 func NewCloudProvider(kube client.Client, clk clock.Clock, unavailable *UnavailableOfferings) *CloudProvider {
 	return &CloudProvider{kube: kube, clock: clk, unavailable: unavailable, providerIDWait: 20 * time.Second, cache: map[types.UID]cachedTypes{}}
+}
+
+// WithStateNamespace sets the namespace of the states of classes that name none
+// (FULFILLER_STATE_NAMESPACE, or the fulfiller's namespace).
+func (c *CloudProvider) WithStateNamespace(namespace string) *CloudProvider {
+	c.stateNamespace = namespace
+	return c
 }
 
 func (c *CloudProvider) Name() string { return ProviderName }
@@ -83,13 +95,16 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		}
 		return nil, fmt.Errorf("reading nodeclass: %w", err)
 	}
-	if !nc.StatusConditions().Root().IsTrue() {
-		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is not ready", nc.Name))
-	}
 	f := &v1alpha1.Fulfillment{}
 	err = c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f)
 	switch {
 	case apierrors.IsNotFound(err):
+		// Only a new decision needs a Ready class: a claim decided already gets its answer
+		// whatever the class's readiness now, so a class that flips while the apply runs does
+		// not get the claim deleted.
+		if err := readyForNewClaims(nc); err != nil {
+			return nil, err
+		}
 		if f, err = c.decide(ctx, nc, claim); err != nil {
 			return nil, err
 		}
@@ -111,6 +126,24 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		}
 	}
 	return c.hydrate(claim, nc, nt, f, providerID)
+}
+
+// readyForNewClaims is nil when the class may launch a new claim. While its checks have not
+// answered (Ready Unknown: a class applied together with its NodePool, or re-checking) it is
+// a CreateError, which Karpenter retries; NodeClassNotReady, on which Karpenter deletes the
+// claim, only once Ready is False.
+func readyForNewClaims(nc *v1alpha1.TofuNodeClass) error {
+	switch ready := nc.StatusConditions().Root(); {
+	case !nc.DeletionTimestamp.IsZero():
+		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is being deleted", nc.Name))
+	case ready.IsTrue():
+		return nil
+	case ready == nil || ready.IsUnknown():
+		return cloudprovider.NewCreateError(fmt.Errorf("nodeclass %s: readiness not known yet", nc.Name),
+			v1alpha1.ReasonNodeClassReadinessUnknown, "the nodeclass's checks have not answered yet")
+	default:
+		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is not ready: %s", nc.Name, ready.Message))
+	}
 }
 
 // decide chooses the offering and records the Fulfillment.
@@ -155,6 +188,7 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 			Hash:         nodeHash(nc, ch.nodeType),
 		},
 	}
+	f.Spec.Settings = settingsFor(nc, ch.nodeType, f, c.stateNamespace)
 	if err := c.leaseFor(ctx, nc, claim, f); err != nil {
 		return nil, err
 	}
@@ -238,7 +272,8 @@ func moduleFor(nc *v1alpha1.TofuNodeClass, _ *v1alpha1.NodeType) string {
 }
 
 // Delete starts the destroy (the Fulfillment's finalizer runs it) and reports NotFound only
-// once the machine is destroyed and its state removed.
+// once the machine is destroyed and its state removed. It first records on the Fulfillment
+// that Karpenter called it: a Fulfillment deleted by someone else waits for that.
 func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
 	f := &v1alpha1.Fulfillment{}
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f); err != nil {
@@ -246,6 +281,17 @@ func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) err
 			return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s is gone", claim.Name))
 		}
 		return fmt.Errorf("reading fulfillment: %w", err)
+	}
+	if _, ok := f.Annotations[v1alpha1.AnnotationDeleteCalled]; !ok {
+		patched := f.DeepCopy()
+		metav1.SetMetaDataAnnotation(&patched.ObjectMeta, v1alpha1.AnnotationDeleteCalled, c.clock.Now().UTC().Format(time.RFC3339))
+		if err := c.kube.Patch(ctx, patched, client.MergeFrom(f)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s is gone", claim.Name))
+			}
+			return fmt.Errorf("recording the delete on fulfillment: %w", err)
+		}
+		f = patched
 	}
 	if f.DeletionTimestamp.IsZero() {
 		if err := c.kube.Delete(ctx, f); err != nil && !apierrors.IsNotFound(err) {
@@ -312,7 +358,9 @@ func toNodeClaim(f *v1alpha1.Fulfillment) *karpv1.NodeClaim {
 }
 
 // GetInstanceTypes lists every node type of the pool's NodeClass, cached per NodeClass
-// generation and unavailable-offerings change.
+// generation, catalogue version and unavailable-offerings change. A class whose catalogue
+// has not resolved yet is an error, never an empty list: Karpenter skips the pool instead of
+// concluding that nothing fits.
 func (c *CloudProvider) GetInstanceTypes(ctx context.Context, pool *karpv1.NodePool) ([]*cloudprovider.InstanceType, error) {
 	if pool.Spec.Template.Spec.NodeClassRef == nil {
 		return nil, fmt.Errorf("nodepool %s has no nodeClassRef", pool.Name)
@@ -333,14 +381,21 @@ func (c *CloudProvider) instanceTypes(nc *v1alpha1.TofuNodeClass) ([]*cloudprovi
 	seq := c.unavailable.SeqNum()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if hit, ok := c.cache[nc.UID]; ok && hit.generation == nc.Generation && hit.seq == seq {
+	version := ""
+	if nc.Status.Catalog != nil {
+		version = nc.Status.Catalog.Version
+	}
+	if hit, ok := c.cache[nc.UID]; ok && hit.generation == nc.Generation && hit.catalog == version && hit.seq == seq {
 		return hit.types, nil
+	}
+	if len(nc.NodeTypes()) == 0 {
+		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("the catalogue of nodeclass %s has not resolved to node types yet", nc.Name))
 	}
 	its, err := instanceTypes(nc, c.unavailable)
 	if err != nil {
 		return nil, err
 	}
-	c.cache[nc.UID] = cachedTypes{generation: nc.Generation, seq: seq, types: its}
+	c.cache[nc.UID] = cachedTypes{generation: nc.Generation, catalog: version, seq: seq, types: its}
 	return its, nil
 }
 

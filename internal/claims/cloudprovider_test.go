@@ -2,6 +2,8 @@ package claims
 
 import (
 	"errors"
+
+	"github.com/awslabs/operatorpkg/status"
 	"testing"
 	"time"
 
@@ -76,6 +78,44 @@ func TestCreate(t *testing.T) {
 				t.Errorf("class not ready: %v", err)
 			}
 			test.ExpectNotFound(t, e.kube, &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: claim.Name}})
+		}},
+		// Karpenter deletes a claim on NodeClassNotReady: while the class's checks have not
+		// answered yet (a class applied together with its NodePool), Create is retried.
+		{"a class whose readiness is not known yet is retried, not refused", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			fresh := test.NodeClass("fresh")
+			test.ExpectApplied(t, e.kube, fresh)
+			checking := test.NodeClass("checking")
+			test.Ready(checking)
+			checking.StatusConditions().SetUnknownWithReason(status.ConditionReady, "Checking", "checking the module")
+			test.ExpectApplied(t, e.kube, checking)
+			for _, class := range []string{"fresh", "checking"} {
+				claim.Spec.NodeClassRef.Name = class
+				_, err := e.provider.Create(e.ctx, claim)
+				expectCreateError(t, err, v1alpha1.ReasonNodeClassReadinessUnknown)
+				if cloudprovider.IsNodeClassNotReadyError(err) {
+					t.Errorf("class %s: NodeClassNotReady makes Karpenter delete the claim", class)
+				}
+			}
+			test.ExpectNotFound(t, e.kube, &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: claim.Name}})
+		}},
+		// Once decided, a claim's answer does not depend on its class's readiness: a class that
+		// flips to not Ready while the apply runs does not get the claim deleted.
+		{"a claim already decided is answered whatever its class's readiness", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			first := e.create(claim)
+			for _, set := range []func(status.ConditionSet){
+				func(c status.ConditionSet) {
+					c.SetFalse(v1alpha1.ConditionBackendReady, v1alpha1.ReasonEncryptionKeyMissing, "gone")
+				},
+				func(c status.ConditionSet) { c.SetUnknownWithReason(status.ConditionReady, "Checking", "checking") },
+			} {
+				nc := test.ExpectExists(t, e.kube, &v1alpha1.TofuNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "sim"}})
+				set(nc.StatusConditions())
+				test.ExpectApplied(t, e.kube, nc)
+				got, err := e.provider.Create(e.ctx, claim)
+				if err != nil || got.Status.ProviderID != first.Status.ProviderID {
+					t.Errorf("create of a decided claim, class %+v: %v", nc.StatusConditions().Root(), err)
+				}
+			}
 		}},
 		{"no launchable offering is insufficient capacity", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			e.unavailable.MarkUnavailable("small", "a", karpv1.CapacityTypeOnDemand)
@@ -196,8 +236,8 @@ func TestGetListDelete(t *testing.T) {
 	}
 }
 
-// TestIsDrifted: a claim drifts when what its node was made from changes, not when offerings
-// or deadlines do, and not across hash versions.
+// TestIsDrifted: a claim drifts when what its node was made from changes, not when offerings,
+// deadlines or the backend's Secrets and encryption do, and not across hash versions.
 func TestIsDrifted(t *testing.T) {
 	e := newEnv(t)
 	claim := e.create(test.NodeClaim("sim-x7k2q", "sim", e.clock.Now()))
@@ -212,6 +252,14 @@ func TestIsDrifted(t *testing.T) {
 		{name: "a deadline", change: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.NodeTypes[0].Deadlines.Apply = &metav1.Duration{Duration: time.Minute}
 		}},
+		// A Secret reference, encryption on or off: claims keep the backend they recorded.
+		{name: "the encryption key's Secret", change: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "new-key", Key: "passphrase"}}
+		}},
+		{name: "the pg connection's Secret", change: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Backend.PG = &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "renamed", Key: "url"}}
+		}},
+		{name: "the token's lifetime", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Bootstrap.TokenTTL = metav1.Duration{Duration: time.Hour} }},
 		{name: "a variable", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Variables = map[string]string{"image": "ubuntu-26.04"} }, want: "NodeClassDrifted"},
 		{name: "the module version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" }, want: "NodeClassDrifted"},
 		{name: "an older hash version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" },

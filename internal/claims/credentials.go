@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 
+	"github.com/hashicorp/terraform-exec/tfexec"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +31,10 @@ func readCredentials(ctx context.Context, reader client.Reader, namespace string
 		if err != nil {
 			return nil, fmt.Errorf("reading secret %s/%s: %w", namespace, src.SecretName, err)
 		}
+		if secret.Labels[v1alpha1.LabelCredentials] != "true" {
+			return nil, credentialsError(v1alpha1.ReasonCredentialsNotOptedIn, fmt.Sprintf("credentials secret %s/%s is not labelled %s=true: label it to let classes pass it to their runs",
+				namespace, src.SecretName, v1alpha1.LabelCredentials))
+		}
 		keys := make([]string, 0, len(secret.Data))
 		for k := range secret.Data {
 			keys = append(keys, k)
@@ -40,14 +46,12 @@ func readCredentials(ctx context.Context, reader client.Reader, namespace string
 			}
 			env[k] = string(secret.Data[k])
 		}
+		// terraform-exec refuses to run tofu with these set by hand (it sets them itself).
+		if refused := tfexec.ProhibitedEnv(env); len(refused) > 0 {
+			sort.Strings(refused)
+			return nil, credentialsError(v1alpha1.ReasonInvalidCredentialsSecret, fmt.Sprintf("credentials secret %s/%s: keys %s are set by the fulfiller for tofu and cannot be credentials",
+				namespace, src.SecretName, strings.Join(refused, ", ")))
+		}
 	}
 	return env, nil
-}
-
-// credentialsSpec is the credentials of the claim's class (none when the class is gone).
-func credentialsSpec(s *claimState) []v1alpha1.CredentialsSource {
-	if s.nc != nil {
-		return s.nc.Spec.Credentials
-	}
-	return nil
 }

@@ -102,10 +102,15 @@ func nodeClassEvent(obj runtime.Object, ready bool, reason, message string) even
 	if !ready {
 		typ = corev1.EventTypeWarning
 	}
-	return events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: message, DedupeValues: []string{reason, message}}
+	return events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: message, DedupeValues: []string{objectKey(obj), reason, message}}
 }
 
 func staleLockRecoveredEvent(obj runtime.Object, lockID, detail string) events.Event {
 	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonStaleLockRecovered,
 		Message: "released state lock " + lockID + ": " + detail, DedupeValues: []string{lockID}}
+}
+
+func nodeClassTerminatingEvent(obj runtime.Object, message string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonClaimsRemaining, Message: message,
+		DedupeValues: []string{objectKey(obj)}}
 }

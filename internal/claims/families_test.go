@@ -87,7 +87,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			nc.Spec.Module.Source = module
 			nc.Spec.Family = tc.family
 			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "infra"}}
-			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "infra"},
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "infra", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 				Data: map[string][]byte{"INFRA_TOKEN": []byte(statePassphrase)}}
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, secret).WithStatusSubresource(nc).Build()
 			clk := clocktesting.NewFakeClock(time.Now())

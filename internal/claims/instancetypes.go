@@ -18,11 +18,12 @@ import (
 // returned, also when none of its offerings can be launched now: drift and consolidation need
 // the full list.
 func instanceTypes(nc *v1alpha1.TofuNodeClass, unavailable *UnavailableOfferings) ([]*cloudprovider.InstanceType, error) {
-	out := make([]*cloudprovider.InstanceType, 0, len(nc.Spec.NodeTypes))
-	for i := range nc.Spec.NodeTypes {
-		it, err := instanceType(&nc.Spec.NodeTypes[i], unavailable)
+	nodeTypes := nc.NodeTypes()
+	out := make([]*cloudprovider.InstanceType, 0, len(nodeTypes))
+	for i := range nodeTypes {
+		it, err := instanceType(&nodeTypes[i], unavailable)
 		if err != nil {
-			return nil, fmt.Errorf("node type %s: %w", nc.Spec.NodeTypes[i].Name, err)
+			return nil, fmt.Errorf("node type %s: %w", nodeTypes[i].Name, err)
 		}
 		out = append(out, it)
 	}

@@ -55,7 +55,7 @@ func lockBlocked(holder *statelock.Holder, a tfrunner.Attribution, v lockVerdict
 // holds it since when, and the run waits. Only the kubernetes backend's locks outlive their
 // holder; other backends' are released when the session that took them ends.
 func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimState) (string, error) {
-	if backendSpec(s).TypeOrDefault() != v1alpha1.BackendKubernetes {
+	if c.runSettings(s).Backend.TypeOrDefault() != v1alpha1.BackendKubernetes {
 		return "", nil
 	}
 	ns, key := c.stateNamespace(s), statelock.Key(s.f.Spec.StateKey)

@@ -19,8 +19,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/karpenter/pkg/events"
 
@@ -51,6 +55,8 @@ type NodeClassController struct {
 	// credentialChecks remembers the family's verdict on each class's credentials, so that
 	// its API is asked at most every credentialsRecheck.
 	credentialChecks *verdictCache
+	// catalogs remembers what each catalogue class's family catalogue last read.
+	catalogs *catalogReads
 }
 
 // Re-check intervals: a class that is not Ready is looked at often, so it recovers soon after
@@ -64,7 +70,7 @@ const (
 func NewNodeClassController(kube client.Client, reader client.Reader, clk clock.Clock, recorder events.Recorder) *NodeClassController {
 	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, apiReader: reader, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
 		return bootstrap.Preflight(ctx, kube, reader)
-	}, credentialChecks: newVerdictCache(clk)}
+	}, credentialChecks: newVerdictCache(clk), catalogs: newCatalogReads()}
 }
 
 // WithFamilies sets the node-type families a class may name and this cluster's name.
@@ -99,6 +105,13 @@ func (c *NodeClassController) Register(_ context.Context, m manager.Manager) err
 	return controllerruntime.NewControllerManagedBy(m).
 		Named("nodeclass.status").
 		For(&v1alpha1.TofuNodeClass{}).
+		// A deleted Fulfillment may let its terminating class go.
+		Watches(&v1alpha1.Fulfillment{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.(*v1alpha1.Fulfillment).Spec.NodeClass}}}
+		}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return true },
+		})).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
 }
 
@@ -111,10 +124,11 @@ type classCheck struct {
 }
 
 // verdict is what one check found: passed, or failed with a reason and a message that say
-// what is wrong, or unknown (the check could not be made yet) with a reason and message.
+// what is wrong, or unknown (the check could not be made yet) with a reason and message. An
+// advisory verdict sets its condition as a warning that Ready does not count.
 type verdict struct {
-	passed, unknown bool
-	reason, message string
+	passed, unknown, advisory bool
+	reason, message           string
 }
 
 var passed = verdict{passed: true}
@@ -123,9 +137,12 @@ func failedCheck(reason string, err error) verdict {
 	return verdict{reason: reason, message: err.Error()}
 }
 
-// checks are the class's checks, in the order of v1alpha1.ClassChecks.
-func (c *NodeClassController) checks() []classCheck {
-	return []classCheck{
+// checks are the class's checks, in the order of v1alpha1.ClassChecks; a class with a
+// catalogue has CatalogReady after CredentialsReady. A check may resolve what the class's
+// status shows (the catalogue's node types) on the class it is given, which the later checks
+// see.
+func (c *NodeClassController) checks(nc *v1alpha1.TofuNodeClass) []classCheck {
+	checks := []classCheck{
 		{v1alpha1.ConditionSpecValid, func(_ context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
 			if err := validateSpec(&nc.Spec, c.families); err != nil {
 				return failedCheck(v1alpha1.ReasonInvalidSpec, err), nil
@@ -149,6 +166,11 @@ func (c *NodeClassController) checks() []classCheck {
 			}
 			return c.checkFamilyCredentials(ctx, nc, env)
 		}},
+	}
+	if nc.Spec.Catalog != nil {
+		checks = append(checks, classCheck{v1alpha1.ConditionCatalogReady, c.catalogCheck})
+	}
+	return append(checks, []classCheck{
 		{v1alpha1.ConditionJoinPreflight, func(ctx context.Context, _ *v1alpha1.TofuNodeClass) (verdict, error) {
 			failure, err := c.preflight(ctx)
 			switch {
@@ -160,12 +182,16 @@ func (c *NodeClassController) checks() []classCheck {
 			return passed, nil
 		}},
 		{v1alpha1.ConditionNodeTypesLaunchable, func(_ context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
-			if misfits, launchable := registrationWindowCheck(&nc.Spec); launchable == 0 {
+			misfits, launchable := registrationWindowCheck(nc.NodeTypes())
+			switch {
+			case launchable == 0 && len(misfits) == 0:
+				return verdict{reason: v1alpha1.ReasonNoTypesSelected, message: "the class has no node types yet"}, nil
+			case launchable == 0:
 				return verdict{reason: v1alpha1.ReasonExceedsRegistrationWindow, message: misfitMessage(misfits)}, nil
 			}
 			return verdict{passed: true, reason: v1alpha1.ReasonLaunchable}, nil
 		}},
-	}
+	}...)
 }
 
 // configVerdict is the verdict of reading the class's Secrets: a ConfigError fails the check
@@ -181,21 +207,37 @@ func configVerdict(err error) (verdict, error) {
 }
 
 func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNodeClass) (reconcile.Result, error) {
+	if !nc.DeletionTimestamp.IsZero() {
+		return c.terminate(ctx, nc)
+	}
+	nc, err := c.ensureFinalizer(ctx, nc)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		return reconcile.Result{}, err
+	}
 	updated := nc.DeepCopy()
 	conds := updated.StatusConditions(status.WithClock(c.clock))
-	checks := append(c.checks(), c.familyChecks(nc)...)
+	if updated.Spec.Catalog == nil {
+		updated.Status.Catalog = nil
+		_ = conds.Clear(v1alpha1.ConditionCatalogReady)
+	}
+	checks := append(c.checks(updated), c.familyChecks(updated)...)
 	order := make([]string, 0, len(checks))
 	for _, chk := range checks {
-		v, err := chk.check(ctx, nc)
+		v, err := chk.check(ctx, updated)
 		if err != nil {
 			return reconcile.Result{}, fmt.Errorf("checking %s: %w", chk.condition, err)
 		}
 		setVerdict(conds, chk.condition, v)
-		order = append(order, chk.condition)
+		if !v.advisory {
+			order = append(order, chk.condition)
+		}
 	}
 	// A warning only: a type that cannot register in time is not launchable, but the others
 	// are (NodeTypesLaunchable says when none is).
-	if misfits, _ := registrationWindowCheck(&nc.Spec); len(misfits) > 0 {
+	if misfits, _ := registrationWindowCheck(updated.NodeTypes()); len(misfits) > 0 {
 		conds.SetFalse(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonExceedsRegistrationWindow, misfitMessage(misfits))
 	} else {
 		conds.SetTrueWithReason(v1alpha1.ConditionRegistrationWindow, v1alpha1.ReasonFits, "every node type's apply deadline and join timeout fit the registration window")
@@ -206,7 +248,8 @@ func (c *NodeClassController) Reconcile(ctx context.Context, nc *v1alpha1.TofuNo
 	if !ready.IsTrue() {
 		recheck = notReadyRecheck
 	}
-	updated.Status.NodeTypeCount = len(nc.Spec.NodeTypes)
+	recheck = c.catalogRequeue(updated, recheck)
+	updated.Status.NodeTypeCount = len(updated.NodeTypes())
 	if equality.Semantic.DeepEqual(nc.Status, updated.Status) {
 		return reconcile.Result{RequeueAfter: recheck}, nil
 	}
@@ -293,6 +336,7 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec, families family.Registry) er
 			}
 		}
 		errs = append(errs, checkKubeletArgs("node type "+nt.Name, nt.KubeletExtraArgs)...)
+		errs = append(errs, validateNodeTypeValues(&nt)...)
 		if err := reservations(&nt).Validate(); err != nil {
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 				errs = append(errs, fmt.Errorf("node type %s: %w", nt.Name, e))
@@ -324,7 +368,7 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec, families family.Registry) er
 }
 
 func checkKubeletArgs(where string, args []v1alpha1.KubeletArg) []error {
-	var errs []error
+	errs := checkKubeletArgValues(where, args)
 	for _, a := range args {
 		if slices.Contains(reservedKubeletArgs, a.Name) {
 			errs = append(errs, fmt.Errorf("%s: kubelet arg %s is set by the fulfiller", where, a.Name))
@@ -336,9 +380,9 @@ func checkKubeletArgs(where string, args []v1alpha1.KubeletArg) []error {
 // registrationWindowCheck names the node types whose apply deadline and join timeout cannot
 // fit Karpenter's fixed 15-minute registration window: Karpenter would delete their claims
 // before a slow machine registers, so their offerings are not launchable.
-func registrationWindowCheck(spec *v1alpha1.TofuNodeClassSpec) (misfits []string, launchable int) {
-	for i := range spec.NodeTypes {
-		if ok, why := registrationFit(&spec.NodeTypes[i]); !ok {
+func registrationWindowCheck(nodeTypes []v1alpha1.NodeType) (misfits []string, launchable int) {
+	for i := range nodeTypes {
+		if ok, why := registrationFit(&nodeTypes[i]); !ok {
 			misfits = append(misfits, why)
 		} else {
 			launchable++

@@ -113,6 +113,20 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		{name: "credentials key not an env name", module: good, reason: v1alpha1.ReasonInvalidCredentialsSecret, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "bad-keys"}}
 		}},
+		// Only Secrets labelled for it may be named: a class cannot make runs carry any Secret of
+		// the fulfiller's namespace (the passphrase, a claim's user data) to its module.
+		{name: "credentials secret not opted in", module: good, reason: v1alpha1.ReasonCredentialsNotOptedIn,
+			message: "secret fulfiller/not-opted-in is not labelled fulfiller.sh/credentials=true", mutate: func(nc *v1alpha1.TofuNodeClass) {
+				nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "hcloud"}, {SecretName: "not-opted-in"}}
+			}},
+		{name: "credentials secret opted out", module: good, reason: v1alpha1.ReasonCredentialsNotOptedIn, mutate: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "opted-out"}}
+		}},
+		// terraform-exec refuses these in a run's environment: every run would fail.
+		{name: "credentials keys tofu's driver refuses", module: good, reason: v1alpha1.ReasonInvalidCredentialsSecret,
+			message: "keys TF_CLI_ARGS_apply, TF_LOG, TF_VAR_user_data are set by the fulfiller", mutate: func(nc *v1alpha1.TofuNodeClass) {
+				nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "tf-keys"}}
+			}},
 		{name: "no type can register in time", module: good, reason: v1alpha1.ReasonExceedsRegistrationWindow, window: "small (apply 4m + join 12m = 16m), large",
 			mutate: func(nc *v1alpha1.TofuNodeClass) {
 				for i := range nc.Spec.NodeTypes {
@@ -129,10 +143,16 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			secrets := []client.Object{
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "state-key"},
 					Data: map[string][]byte{"passphrase": []byte(statePassphrase), "short": []byte("0123456789")}},
-				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud"},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 					Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase)}},
-				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "bad-keys"},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "bad-keys", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 					Data: map[string][]byte{"hcloud-token": []byte(statePassphrase)}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "tf-keys", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
+					Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase), "TF_LOG": []byte("trace"), "TF_VAR_user_data": []byte("x"), "TF_CLI_ARGS_apply": []byte("-parallelism=1")}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "not-opted-in"},
+					Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase)}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "opted-out", Labels: map[string]string{v1alpha1.LabelCredentials: "false"}},
+					Data: map[string][]byte{"HCLOUD_TOKEN": []byte(statePassphrase)}},
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "pg"},
 					Data: map[string][]byte{
 						"conn":  []byte("postgres://fulfiller:" + url.PathEscape(statePassphrase) + "@db/states"),
@@ -190,11 +210,12 @@ output "provider_id" { value = "sim://${var.node_name}" }
 }
 
 // The controller's checks are the API's: Ready is composed of exactly the conditions
-// TofuNodeClass.StatusConditions names, in the same order.
+// TofuNodeClass.StatusConditions names, in the same order (a class with a catalogue adds
+// CatalogReady, which counts only while it has no list to use).
 func TestClassChecksAreTheAPIs(t *testing.T) {
 	c := NewNodeClassController(nil, nil, clocktesting.NewFakeClock(time.Now()), nil)
 	var got []string
-	for _, chk := range c.checks() {
+	for _, chk := range c.checks(&v1alpha1.TofuNodeClass{}) {
 		got = append(got, chk.condition)
 	}
 	if want := v1alpha1.ClassChecks(); strings.Join(got, ",") != strings.Join(want, ",") {

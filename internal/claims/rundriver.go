@@ -182,3 +182,29 @@ func (d *runDriver) failed(ctx context.Context, s *claimState, run *v1alpha1.Run
 	s.replaceClaim = true
 	return reconcile.Result{}, nil
 }
+
+// findUnrecorded finds and records a run of the operation that the executor started for this
+// claim but the status does not have, because the write that recorded it failed: it is the
+// next attempt's run (or one after it, when an earlier claim of the same name took that
+// name). Executors know a run by its name and its claim's UID. Nil when there is none.
+func (d *runDriver) findUnrecorded(ctx context.Context, s *claimState) (*v1alpha1.Run, error) {
+	if last := lastRun(s.f, d.op); last != nil && last.Phase == v1alpha1.RunRunning {
+		return nil, nil
+	}
+	next := runCount(s.f, d.op) + 1
+	for attempt := next; attempt < next+maxNameSkips; attempt++ {
+		name := runName(s.f, d.op, attempt)
+		_, err := d.c.executor.Status(ctx, name, s.f.Spec.NodeClaimUID)
+		switch {
+		case errors.Is(err, tfrunner.ErrOtherClaimsRun):
+			continue
+		case errors.Is(err, tfrunner.ErrRunNotFound):
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("reading run %s: %w", name, err)
+		}
+		log.FromContext(ctx).Info("found a run the status did not record", "run", name)
+		return d.c.addRun(s.f, d.op, attempt), nil
+	}
+	return nil, nil
+}

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -118,26 +117,29 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 			return tfrunner.Request{}, fmt.Errorf("reading user data: %w", err)
 		}
 	}
-	params := map[string]string{}
-	labels := map[string]string{}
-	if s.nc != nil {
-		maps.Copy(params, s.nc.Spec.Variables)
-	}
-	if s.nt != nil {
-		maps.Copy(params, s.nt.Variables)
-		labels = nodeLabels(s.nt, s.f)
+	settings := c.runSettings(s)
+	params := maps.Clone(settings.Parameters)
+	if params == nil {
+		params = map[string]string{}
 	}
 	// What the family chose for this claim (a leased machine) over the class's variables.
 	maps.Copy(params, s.f.Spec.Parameters)
-	if s.f.Spec.NodePool != "" {
-		// For the module to label what it creates with the NodePool.
-		labels[karpv1.NodePoolLabelKey] = s.f.Spec.NodePool
+	labels := maps.Clone(settings.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	// For the module to label its machine as this cluster's, the claim's and the class's: a
+	// family's inventory finds it by them, and the orphan collector proves it ours.
+	labels[v1alpha1.LabelNodeClaim] = s.f.Name
+	labels[v1alpha1.LabelNodeClass] = s.f.Spec.NodeClass
+	if c.opts.ClusterName != "" {
+		labels[v1alpha1.LabelCluster] = c.opts.ClusterName
 	}
 	backend, workspace, backendEnv, err := c.runBackend(ctx, s)
 	if err != nil {
 		return tfrunner.Request{}, err
 	}
-	credentials, err := readCredentials(ctx, c.apiReader, c.opts.Namespace, credentialsSpec(s))
+	credentials, err := readCredentials(ctx, c.apiReader, c.opts.Namespace, settings.Credentials)
 	if err != nil {
 		return tfrunner.Request{}, err
 	}
@@ -151,10 +153,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 	// and the run fails with class Timeout.
 	deadline := c.opts.DestroyDeadline
 	if op == tfrunner.Apply {
-		deadline = v1alpha1.DefaultApplyDeadline // the node type is gone
-		if s.nt != nil {
-			deadline = s.nt.ApplyDeadline()
-		}
+		deadline = settings.ApplyDeadlineOrDefault()
 	}
 	return tfrunner.Request{
 		Deadline:  deadline,
@@ -190,14 +189,11 @@ func familyName(s *claimState) string {
 	return ""
 }
 
-// stateNamespace is where the claim's state lives: the class's backend namespace, or the
-// controller's state namespace.
+// stateNamespace is where the claim's state lives (kubernetes backend): the backend namespace
+// the claim recorded (its class's, or the controller's state namespace).
 func (c *FulfillmentController) stateNamespace(s *claimState) string {
-	if s.nc != nil && s.nc.Spec.Backend.Namespace != "" {
-		return s.nc.Spec.Backend.Namespace
+	if ns := c.runSettings(s).Backend.Namespace; ns != "" {
+		return ns
 	}
-	if c.opts.StateNamespace != "" {
-		return c.opts.StateNamespace
-	}
-	return c.opts.Namespace
+	return c.defaultStateNamespace()
 }

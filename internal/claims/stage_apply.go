@@ -64,10 +64,10 @@ func (a *applyStage) succeeded(s *claimState, res *tfrunner.Result) (reconcile.R
 // reportOverdue says so on the Applied condition, with one event, once an apply runs past its
 // node type's deadline (its runner is interrupting it: the request carries the deadline).
 func (c *FulfillmentController) reportOverdue(s *claimState, run *v1alpha1.Run) {
-	if s.nt == nil || s.f.Status.Stages.ApplyStarted == nil {
+	if s.f.Status.Stages.ApplyStarted == nil {
 		return
 	}
-	deadline := s.nt.ApplyDeadline()
+	deadline := c.runSettings(s).ApplyDeadlineOrDefault()
 	running := c.clock.Since(s.f.Status.Stages.ApplyStarted.Time)
 	if running < deadline {
 		return

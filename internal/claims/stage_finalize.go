@@ -24,7 +24,22 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		s.removeFinalizer = true
 		return reconcile.Result{}, nil
 	}
+	if s.f.Status.Stages.DestroyStarted == nil && awaitsKarpenter(s) {
+		// Deleted by someone other than Karpenter while its claim is launched: Karpenter
+		// drains the node once its NodeClaim is deleted, then calls Delete.
+		if err := d.c.deleteClaim(ctx, s); err != nil {
+			return reconcile.Result{}, err
+		}
+		s.conds.SetUnknownWithReason(v1alpha1.ConditionDestroyed, v1alpha1.ReasonAwaitingNodeClaimDeletion,
+			"waiting for Karpenter to drain the node of nodeclaim "+s.claim.Name+" and delete it")
+		return reconcile.Result{RequeueAfter: notReadyRecheck}, nil
+	}
 	if s.f.Status.Stages.DestroyStarted == nil {
+		// An apply started just before the deletion may be missing from the status (the
+		// write that recorded it conflicted): find it by name before trusting the record.
+		if _, err := d.c.applyRuns().findUnrecorded(ctx, s); err != nil {
+			return reconcile.Result{}, err
+		}
 		now := metav1.NewTime(d.c.clock.Now())
 		s.f.Status.Stages.DestroyStarted = &now
 	}
@@ -65,6 +80,18 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		return result, err
 	}
 	return d.destroyed(ctx, s)
+}
+
+// awaitsKarpenter: the Fulfillment was not deleted through CloudProvider.Delete, and its
+// NodeClaim (this claim, not a later one of the same name) is launched, so Karpenter will
+// drain its node and call Delete once the NodeClaim is deleted. A claim that never launched
+// (no provider ID) or whose NodeClaim is gone is destroyed at once: Karpenter calls Delete
+// only for a claim with a provider ID.
+func awaitsKarpenter(s *claimState) bool {
+	if _, called := s.f.Annotations[v1alpha1.AnnotationDeleteCalled]; called {
+		return false
+	}
+	return s.claim != nil && string(s.claim.UID) == s.f.Spec.NodeClaimUID && s.claim.Status.ProviderID != ""
 }
 
 // destroyRuns is the run driver of the destroy: Destroyed is its condition, and a failed

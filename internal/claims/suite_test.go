@@ -66,7 +66,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	e.unavailable = NewUnavailableOfferings(e.clock, UnavailableOfferingsTTL)
 	e.controller = NewFulfillmentController(e.kube, e.kube, e.clock, e.events, e.exec, e.unavailable,
 		Options{Namespace: testNamespace, TofuPath: "/bin/tofu"})
-	e.provider = NewCloudProvider(e.kube, e.clock, e.unavailable)
+	e.provider = NewCloudProvider(e.kube, e.clock, e.unavailable).WithStateNamespace(testNamespace)
 	return e
 }
 

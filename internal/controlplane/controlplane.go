@@ -79,9 +79,11 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		}
 		cp.ownsDir = true
 	}
+	// A failed start stops what it started; its returns set cp to nil, so keep it here.
+	started := cp
 	defer func() {
 		if err != nil {
-			_ = cp.Stop()
+			_ = started.Stop()
 		}
 	}()
 	logs := filepath.Join(cp.Dir, "logs")

@@ -28,9 +28,12 @@ import (
 
 // Namespace is where the controller keeps runs and user data; StateNamespace holds the
 // claims' states and locks, where runners have their only rights.
+// ClusterName is the local environment's cluster name (FULFILLER_CLUSTER_NAME), labelled on
+// every machine.
 const (
 	Namespace      = "fulfiller"
 	StateNamespace = "fulfiller-states"
+	ClusterName    = "fulfiller-dev"
 )
 
 // Layout of an environment folder.
@@ -252,6 +255,7 @@ func (c *controller) start() error {
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+c.layout.Kubeconfig(),
 		"FULFILLER_NAMESPACE="+Namespace,
+		"FULFILLER_CLUSTER_NAME="+ClusterName,
 		"FULFILLER_STATE_NAMESPACE="+StateNamespace,
 		"FULFILLER_RUNS_DIR="+c.layout.Runs(),
 		"FULFILLER_TOFU="+tofu,

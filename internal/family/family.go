@@ -17,6 +17,7 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
@@ -61,6 +62,10 @@ type CatalogType struct {
 	Series string
 	// CPU is shared or dedicated (v1alpha1.CPUShared, CPUDedicated).
 	CPU string
+	// Cores and Memory are the type's nominal size, what spec.catalog.select[] bounds
+	// (its capacity is what a node of it reports, which may be less).
+	Cores  int
+	Memory resource.Quantity
 	// Deprecated types are listed with every offering unavailable.
 	Deprecated bool
 }

@@ -42,7 +42,7 @@ func Run(families family.Registry) {
 	if stateNamespace == "" {
 		stateNamespace = opts.Namespace
 	}
-	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).
+	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithStateNamespace(stateNamespace).
 		WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace)
 	cloudProvider := metrics.Decorate(provider)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
@@ -55,6 +55,8 @@ func Run(families family.Registry) {
 			claims.NewNodeClassController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder).
 				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()).WithFamilies(families, opts.ClusterName),
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
+			claims.NewMachineCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families, opts.ClusterName,
+				opts.Namespace, opts.StateNamespace, opts.OrphanGrace, time.Minute),
 			claims.NewPoolKeeper(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families,
 				opts.Namespace, stateNamespace, opts.ClusterName, opts.PoolKeeperInterval),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{

@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/utils/env"
 
@@ -35,7 +37,9 @@ const (
 type Options struct {
 	// ClusterName is this cluster's name: the modules label every machine with it
 	// (v1alpha1.LabelCluster), and the orphan collector deletes only machines that carry it.
-	ClusterName    string
+	ClusterName string
+	// OrphanGrace is how old an orphaned machine or state must be before it is collected.
+	OrphanGrace    time.Duration
 	Namespace      string
 	StateNamespace string
 	// EncryptionSecret names a Secret in Namespace that the controller creates, with a random
@@ -65,7 +69,8 @@ type Options struct {
 }
 
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
-	fs.StringVar(&o.ClusterName, "cluster-name", env.WithDefaultString("FULFILLER_CLUSTER_NAME", ""), "This cluster's name, labelled on every machine (fulfiller.sh/cluster); machines without it are never collected as orphans")
+	fs.StringVar(&o.ClusterName, "cluster-name", env.WithDefaultString("FULFILLER_CLUSTER_NAME", ""), "This cluster's name (required), labelled on every machine (fulfiller.sh/cluster); the orphan collector deletes only machines that carry it")
+	fs.DurationVar(&o.OrphanGrace, "orphan-grace", env.WithDefaultDuration("FULFILLER_ORPHAN_GRACE", claims.DefaultOrphanGrace), "How old a machine or state without a claim must be before the orphan collector deletes it")
 	fs.StringVar(&o.Namespace, "fulfiller-namespace", env.WithDefaultString("FULFILLER_NAMESPACE", "fulfiller"), "Namespace of runs, claims' user data and the Secrets classes name")
 	fs.StringVar(&o.StateNamespace, "state-namespace", env.WithDefaultString("FULFILLER_STATE_NAMESPACE", ""), "Namespace of the claims' states and locks (kubernetes backend; empty: the fulfiller namespace); runners need Secrets and Leases there only")
 	fs.StringVar(&o.EncryptionSecret, "encryption-secret", env.WithDefaultString("FULFILLER_ENCRYPTION_SECRET", ""), "Secret in the fulfiller namespace to create with a random state encryption passphrase when it is missing (empty: none)")
@@ -97,6 +102,15 @@ func (o *Options) Parse(fs *coreoptions.FlagSet, args ...string) error {
 }
 
 func (o *Options) validate() error {
+	if o.ClusterName == "" {
+		return errors.New("--cluster-name (FULFILLER_CLUSTER_NAME) is required: the modules label every machine with it, and the orphan collector deletes only machines that carry it")
+	}
+	if errs := validation.IsValidLabelValue(o.ClusterName); len(errs) > 0 {
+		return fmt.Errorf("--cluster-name %q is no label value: %s", o.ClusterName, strings.Join(errs, "; "))
+	}
+	if o.OrphanGrace < time.Minute {
+		return fmt.Errorf("--orphan-grace %s is under a minute: a machine whose claim is being created could be taken for an orphan", o.OrphanGrace)
+	}
 	switch o.Executor {
 	case ExecutorLocal:
 	case ExecutorJob:

@@ -1,10 +1,15 @@
 package statelock
 
 import (
+	"crypto/pbkdf2"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -65,4 +70,33 @@ func EncryptionEnv(passphrase, method string) (map[string]string, error) {
 // sequence.
 func escapeTemplate(s string) string {
 	return strings.NewReplacer("${", "$${", "%{", "%%{").Replace(s)
+}
+
+// Parameters of a key fingerprint: pbkdf2 as OpenTofu's key provider derives the key by
+// default (sha512, 600 000 iterations), so a fingerprint is no cheaper to guess a passphrase
+// from than a state encrypted with it.
+const (
+	fingerprintIterations = 600_000
+	fingerprintLen        = 16
+	fingerprintSalt       = "fulfiller.sh/state-key-fingerprint"
+)
+
+// fingerprints caches KeyFingerprint by the passphrase's SHA-256, which is kept only in memory.
+var fingerprints sync.Map
+
+// KeyFingerprint identifies a passphrase without revealing it: recorded with a claim whose
+// state it encrypts, it tells a passphrase changed in its Secret from the one the state was
+// written with before any run fails to decrypt the state.
+func KeyFingerprint(passphrase string) (string, error) {
+	id := sha256.Sum256([]byte(passphrase))
+	if fp, ok := fingerprints.Load(id); ok {
+		return fp.(string), nil
+	}
+	key, err := pbkdf2.Key(sha512.New, passphrase, []byte(fingerprintSalt), fingerprintIterations, fingerprintLen)
+	if err != nil {
+		return "", fmt.Errorf("deriving the key fingerprint: %w", err)
+	}
+	fp := "pbkdf2-sha512:" + hex.EncodeToString(key)
+	fingerprints.Store(id, fp)
+	return fp, nil
 }

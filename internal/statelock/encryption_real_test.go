@@ -17,7 +17,8 @@ import (
 // TestEncryptedStateOnKubernetesBackend runs modules/sim with the kubernetes backend against a
 // real API server, with and without state encryption: the encrypted state Secret holds
 // nothing of the claim in plain text (an unencrypted one does), destroy works with the same
-// key, a wrong key and a plaintext state are refused with class InvalidCredentials.
+// key, a wrong key and a plaintext state are refused with class InvalidCredentials. The
+// state Secret and the lock Lease carry the labels of the backend configuration.
 func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 	ctx := context.Background()
 	cp := testenv.StartT(t, testenv.Options{})
@@ -26,8 +27,10 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeEnv := map[string]string{"KUBE_CONFIG_PATH": cp.Kubeconfig}
+	// The state objects carry their claim's UID, as the controller labels them.
+	labels := map[string]string{tfrunner.LabelNodeClaimUID: "0b1e5a6c-1111-2222-3333-444455556666"}
 	backend := func(key statelock.Key) tfrunner.Backend {
-		return tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default")}
+		return tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default"), Maps: map[string]map[string]string{"labels": labels}}
 	}
 	// A passphrase with template sequences and quotes: they must reach pbkdf2 unchanged.
 	passphrase := testPassphrase
@@ -48,6 +51,15 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 		}
 		if secret.Annotations["encoding"] != "gzip" {
 			t.Errorf("state secret annotations %v, want encoding gzip", secret.Annotations)
+		}
+		lease, err := cs.CoordinationV1().Leases("default").Get(ctx, key.LeaseName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range labels {
+			if secret.Labels[k] != v || lease.Labels[k] != v {
+				t.Errorf("state secret labels %v, lease labels %v: want %s=%s on both", secret.Labels, lease.Labels, k, v)
+			}
 		}
 		return gunzip(t, secret.Data["tfstate"])
 	}
@@ -125,5 +137,22 @@ func TestEncryptionEnv(t *testing.T) {
 	}
 	if strings.Contains(cfg, "fallback") || strings.Contains(cfg, "unencrypted") {
 		t.Errorf("configuration allows plaintext: %s", cfg)
+	}
+}
+
+// TestKeyFingerprint: one passphrase, one fingerprint; another passphrase, another; none
+// shows the passphrase.
+func TestKeyFingerprint(t *testing.T) {
+	a, err := statelock.KeyFingerprint(testPassphrase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := statelock.KeyFingerprint(testPassphrase)
+	b, _ := statelock.KeyFingerprint(wrongPassphrase)
+	if a != again || a == b || !strings.HasPrefix(a, "pbkdf2-sha512:") || len(a) != len("pbkdf2-sha512:")+32 {
+		t.Errorf("fingerprints %s, %s, %s", a, again, b)
+	}
+	if strings.Contains(a, testPassphrase) {
+		t.Error("the fingerprint holds the passphrase")
 	}
 }

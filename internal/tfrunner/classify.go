@@ -97,6 +97,8 @@ var invalidModuleSummaries = []string{
 	"Output refers to sensitive values",
 	"Unsupported OpenTofu Core version",
 	"Invalid provider configuration",
+	// A module's precondition on its inputs (modules/hetzner-cloud: the cluster's name).
+	"Resource precondition failed",
 	// HCL syntax errors.
 	"Argument or block definition required",
 	"Invalid block definition",

@@ -28,11 +28,14 @@ const (
 )
 
 // Backend selects where the run's state lives. The module gets a partial
-// `backend "<Type>" {}` block; Config is passed as -backend-config key=value pairs. Values in
-// Config end up on the command line and in .terraform/: credentials belong in Request.Env.
+// `backend "<Type>" {}` block; Config is passed as -backend-config key=value pairs, and Maps
+// (settings that are maps of strings, such as the kubernetes backend's labels) as
+// key={"k" = "v", ...}. Values in Config and Maps end up on the command line and in
+// .terraform/: credentials belong in Request.Env.
 type Backend struct {
-	Type   string            `json:"type"`
-	Config map[string]string `json:"config,omitempty"`
+	Type   string                       `json:"type"`
+	Config map[string]string            `json:"config,omitempty"`
+	Maps   map[string]map[string]string `json:"maps,omitempty"`
 }
 
 // Request is one tofu operation for one claim. It is written to a 0600 file and read by the
@@ -47,8 +50,11 @@ type Request struct {
 	// ModuleDir is the node type's module (a local folder); it is copied, never changed.
 	ModuleDir string `json:"moduleDir"`
 	// WorkDir is a fresh folder the run owns.
-	WorkDir string  `json:"workDir"`
-	Backend Backend `json:"backend"`
+	WorkDir string `json:"workDir"`
+	// CacheDir is a folder the runner keeps initialised modules in, shared by the runs of
+	// one executor (empty: none; each run copies and initialises its module).
+	CacheDir string  `json:"cacheDir,omitempty"`
+	Backend  Backend `json:"backend"`
 	// Workspace is the OpenTofu workspace the operation uses (empty: default), for backends
 	// that keep one state per workspace (pg). init runs in the default workspace; the runner
 	// then selects this one, creating it when missing.
@@ -84,6 +90,8 @@ type Result struct {
 	Error      *RunError `json:"error,omitempty"`
 	Started    time.Time `json:"started"`
 	Finished   time.Time `json:"finished"`
+	// Phases are the wall-clock and CPU times of the run's steps, in order.
+	Phases []Phase `json:"phases,omitempty"`
 }
 
 // RunError is a classified failure.

@@ -17,13 +17,24 @@ locals {
   # may be a longer DNS subdomain: it is cut to fit.
   nodepool = replace(substr(lookup(var.labels, "karpenter.sh/nodepool", ""), 0, 63), "/[-._]+$/", "")
 
+  # The cluster's name: the fulfiller passes it in labels (FULFILLER_CLUSTER_NAME);
+  # parameters.cluster is for callers that do not.
+  cluster = lookup(var.labels, "fulfiller.sh/cluster", "") != "" ? var.labels["fulfiller.sh/cluster"] : lookup(local.p, "cluster", "")
+
+  # The claim and the class, from the fulfiller's labels: the family's inventory attributes
+  # the server by them (and by the cluster), so the orphan collector can prove it ours.
+  attribution = { for k in ["karpenter.sh/nodeclaim", "fulfiller.sh/nodeclass"] :
+    k => replace(substr(var.labels[k], 0, 63), "/[-._]+$/", "") if lookup(var.labels, k, "") != ""
+  }
+
   server_labels = merge(
     {
-      "fulfiller.sh/cluster"   = local.p.cluster
+      "fulfiller.sh/cluster"   = local.cluster
       "fulfiller.sh/node"      = var.node_name
       "fulfiller.sh/node-type" = var.node_type
     },
     local.nodepool == "" ? {} : { "karpenter.sh/nodepool" = local.nodepool },
+    local.attribution,
   )
 }
 
@@ -64,6 +75,11 @@ resource "hcloud_server" "node" {
     #   detaches its interfaces.
     # Labels and firewall_ids are still updated in place.
     ignore_changes = [user_data, image, ssh_keys, placement_group_id, public_net, network]
+
+    precondition {
+      condition     = length(local.cluster) <= 63 && can(regex("^[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$", local.cluster))
+      error_message = "the cluster's name is required (labels[\"fulfiller.sh/cluster\"], which the fulfiller sets, or parameters.cluster), labelled on every server: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit."
+    }
   }
 }
 

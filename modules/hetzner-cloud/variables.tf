@@ -64,8 +64,8 @@ variable "parameters" {
   nullable    = false
 
   validation {
-    condition     = length(lookup(var.parameters, "cluster", "")) <= 63 && can(regex("^[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$", lookup(var.parameters, "cluster", "")))
-    error_message = "parameters.cluster is required: the cluster's name, labelled on every server (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)."
+    condition     = lookup(var.parameters, "cluster", "") == "" || (length(lookup(var.parameters, "cluster", "")) <= 63 && can(regex("^[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$", lookup(var.parameters, "cluster", ""))))
+    error_message = "parameters.cluster, when set, is the cluster's name, labelled on every server (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)."
   }
   validation {
     condition     = length(trimspace(lookup(var.parameters, "image", "ubuntu-24.04"))) > 0

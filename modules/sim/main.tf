@@ -100,6 +100,7 @@ resource "terraform_data" "machine" {
       : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller-dev binary}"
       umask 077
       mkdir -p "$SIM_STATE_DIR"
+      printf '%s' "$SIM_LABELS" > "$SIM_STATE_DIR/labels.json"
       printf '%s' "$SIM_USER_DATA" > "$SIM_STATE_DIR/user-data"
       unset SIM_USER_DATA
       exec "$FULFILLER_BINARY" sim start \
@@ -111,6 +112,7 @@ resource "terraform_data" "machine" {
     EOT
     environment = {
       SIM_USER_DATA         = var.user_data
+      SIM_LABELS            = jsonencode(var.labels)
       SIM_STATE_DIR         = local.state_dir
       SIM_NODE_NAME         = var.node_name
       SIM_CPU               = local.parameters.cpu

@@ -47,7 +47,7 @@ variable "user_data" {
 }
 
 variable "labels" {
-  description = "Labels of the claim. A simulated machine has nowhere to put them; accepted for the contract's sake."
+  description = "Labels of the claim (the cluster, the claim, the class, the NodePool, the node's labels), kept in the machine's state dir as labels.json: the simulated family's inventory attributes the machine by them."
   type        = map(string)
   default     = {}
   nullable    = false

@@ -16,10 +16,16 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 const (
@@ -156,6 +162,7 @@ func TestInstall(t *testing.T) {
 			// States and locks: read, a stale lock released, both removed after a destroy.
 			{"get", "", "secrets", stateNS, "tfstate-default-claim-a", true},
 			{"delete", "", "secrets", stateNS, "tfstate-default-claim-a", true},
+			{"list", "", "secrets", stateNS, "", true}, // the orphan collector finds orphaned states
 			{"get", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
 			{"update", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
 			{"delete", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
@@ -182,6 +189,10 @@ func TestInstall(t *testing.T) {
 			{"update", "fulfiller.sh", "fulfillments/status", "", "claim-a", true},
 			{"patch", "fulfiller.sh", "tofunodeclasses/status", "", "sim", true},
 			{"watch", "fulfiller.sh", "tofunodeclasses", "", "", true},
+			// Its finalizer on a class needs update and patch: the chart's admission policy
+			// refuses every other change (checked below, for real).
+			{"update", "fulfiller.sh", "tofunodeclasses", "", "sim", true},
+			{"patch", "fulfiller.sh", "tofunodeclasses", "", "sim", true},
 			// Not: Secrets elsewhere, other ConfigMaps, writing RBAC, pods directly.
 			{"get", "", "secrets", "default", "db-password", false},
 			{"get", "", "secrets", "other", "", false},
@@ -191,16 +202,13 @@ func TestInstall(t *testing.T) {
 			{"create", "", "pods", releaseNS, "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 			{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
-			// Not what it never does: write a TofuNodeClass's spec (only its status), write
-			// states (tofu does), touch other Leases of its namespace, or anything in the
-			// state namespace beyond states and locks.
-			{"update", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
-			{"patch", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
+			// Not what it never does: create or delete a TofuNodeClass, write states (tofu
+			// does), touch other Leases of its namespace, or anything in the state namespace
+			// beyond states and locks.
 			{"delete", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
 			{"create", "fulfiller.sh", "tofunodeclasses", "", "", false},
 			{"create", "", "secrets", stateNS, "", false},
 			{"update", "", "secrets", stateNS, "tfstate-default-claim-a", false},
-			{"list", "", "secrets", stateNS, "", false},
 			{"create", "coordination.k8s.io", "leases", stateNS, "", false},
 			{"update", "coordination.k8s.io", "leases", releaseNS, "someone-elses-lease", false},
 			{"delete", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", false},
@@ -208,6 +216,10 @@ func TestInstall(t *testing.T) {
 		} {
 			a.check(ctx, t, cs, controller)
 		}
+	})
+
+	t.Run("controller never writes a class's spec", func(t *testing.T) {
+		controllerWritesOnlyItsFinalizer(ctx, t)
 	})
 
 	t.Run("runner runs tofu with the kubernetes backend", func(t *testing.T) {
@@ -428,3 +440,92 @@ func hasEnv(env []corev1.EnvVar, name, value string) bool {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// controllerWritesOnlyItsFinalizer changes a TofuNodeClass as the controller's ServiceAccount
+// (impersonated): the chart's ValidatingAdmissionPolicy lets it add and remove its finalizer
+// fulfiller.sh/claims, and refuses a change of the spec, a label or another finalizer.
+func controllerWritesOnlyItsFinalizer(ctx context.Context, t *testing.T) {
+	admin, err := ctrlclient.New(cp.Config, ctrlclient.Options{Scheme: chartScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asController := rest.CopyConfig(cp.Config)
+	u := serviceAccountUser("fulfiller")
+	asController.Impersonate = rest.ImpersonationConfig{UserName: u.name, Groups: u.groups}
+	controller, err := ctrlclient.New(asController, ctrlclient.Options{Scheme: chartScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := &v1alpha1.TofuNodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "admission-policy"},
+		Spec: v1alpha1.TofuNodeClassSpec{
+			Module:    v1alpha1.ModuleSource{Source: "/modules/sim"},
+			Bootstrap: v1alpha1.BootstrapSpec{APIServerEndpoint: "127.0.0.1:6443"},
+			NodeTypes: []v1alpha1.NodeType{{Name: "small",
+				Capacity:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+				Offerings: []v1alpha1.Offering{{Zone: "a", Price: "0.01"}}}},
+		},
+	}
+	if err := admin.Create(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		got := &v1alpha1.TofuNodeClass{}
+		if admin.Get(context.Background(), ctrlclient.ObjectKeyFromObject(nc), got) == nil {
+			got.Finalizers = nil
+			_ = admin.Update(context.Background(), got)
+			_ = admin.Delete(context.Background(), got)
+		}
+	})
+	change := func(c ctrlclient.Client, mutate func(*v1alpha1.TofuNodeClass)) error {
+		got := &v1alpha1.TofuNodeClass{}
+		if err := c.Get(ctx, ctrlclient.ObjectKeyFromObject(nc), got); err != nil {
+			t.Fatal(err)
+		}
+		before := got.DeepCopy()
+		mutate(got)
+		return c.Patch(ctx, got, ctrlclient.MergeFrom(before))
+	}
+	const denied = "ValidatingAdmissionPolicy"
+	// The policy is in force once the API server has read it: wait for the first refusal.
+	var err2 error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		err2 = change(controller, func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "changed" })
+		return err2 != nil, nil
+	}); err != nil {
+		t.Fatalf("the controller changed a class's spec: %v", err2)
+	}
+	if !strings.Contains(err2.Error(), denied) || !strings.Contains(err2.Error(), "never changes a TofuNodeClass's spec") {
+		t.Errorf("spec change refused with %v", err2)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.TofuNodeClass)
+		want   string // in the refusal; empty: allowed
+	}{
+		{"add its finalizer", func(nc *v1alpha1.TofuNodeClass) { nc.Finalizers = append(nc.Finalizers, "fulfiller.sh/claims") }, ""},
+		{"change a variable", func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Variables = map[string]string{"image": "other"} }, "never changes a TofuNodeClass's spec"},
+		{"add a label", func(nc *v1alpha1.TofuNodeClass) { nc.Labels = map[string]string{"team": "x"} }, "changes only a TofuNodeClass's finalizer"},
+		{"add another finalizer", func(nc *v1alpha1.TofuNodeClass) { nc.Finalizers = append(nc.Finalizers, "example.com/keep") }, "no finalizer"},
+		{"remove its finalizer", func(nc *v1alpha1.TofuNodeClass) { nc.Finalizers = nil }, ""},
+	} {
+		err := change(controller, tc.mutate)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("as the controller, %s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Anyone else may change the spec.
+	if err := change(admin, func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" }); err != nil {
+		t.Errorf("an administrator changing the spec: %v", err)
+	}
+}
+
+// chartScheme has the fulfiller's API, for typed clients.
+func chartScheme(t *testing.T) *k8sruntime.Scheme {
+	t.Helper()
+	scheme := k8sruntime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,9 +61,16 @@ func TestMain(m *testing.M) {
 
 // helmCmd runs the pinned helm with its own folders, so nothing of the machine's helm setup
 // (repositories, plugins, caches) is read or written.
+// testClusterName is the cluster name the tests render and install the chart with.
+const testClusterName = "chart-test"
+
 func helmCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	home := t.TempDir()
+	if len(args) > 0 && (args[0] == "template" || args[0] == "install" || args[0] == "upgrade" || args[0] == "lint") && !slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "clusterName=") }) {
+		// The chart requires the cluster's name (TestClusterNameRequired checks it).
+		args = append(args, "--set", "clusterName="+testClusterName)
+	}
 	cmd := exec.Command(helm, args...)
 	cmd.Env = append(os.Environ(),
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),

@@ -67,6 +67,8 @@ func TestDefaults(t *testing.T) {
 		"FULFILLER_STATE_NAMESPACE":          "fulfiller-system-states",
 		"FULFILLER_ENCRYPTION_SECRET":        "fulfiller-state-encryption",
 		"FULFILLER_ENCRYPTION_SECRET_KEY":    "passphrase",
+		"FULFILLER_CLUSTER_NAME":             testClusterName,
+		"FULFILLER_ORPHAN_GRACE":             "10m",
 	}
 	for name, value := range want {
 		if got := envValue(t, env, name); got != value {
@@ -350,6 +352,8 @@ func TestSchemaRejects(t *testing.T) {
 		{"metrics.port=70000", "/metrics/port"},
 		{"settings.preferencePolicy=Maybe", "/settings/preferencePolicy"},
 		{"leaderElection.enabled=yes", "/leaderElection/enabled"},
+		{"clusterName=prod eu", "/clusterName"},
+		{"orphanGracePeriod=ten", "/orphanGracePeriod"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.set, func(t *testing.T) {
@@ -369,6 +373,9 @@ func TestSchemaRejects(t *testing.T) {
 		})
 	}
 	// Template-level checks.
+	if _, err := helmCmd(t, "template", "fulfiller", chart, "--set", "clusterName="); err == nil || !strings.Contains(err.Error(), "clusterName is required") {
+		t.Fatalf("no cluster name: %v", err)
+	}
 	_, err := helmCmd(t, "template", "fulfiller", chart, "--set", "stateEncryption.existingSecret=mine")
 	if err == nil || !strings.Contains(err.Error(), "set either create or existingSecret") {
 		t.Fatalf("create and existingSecret together: %v", err)

@@ -3,12 +3,18 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/awslabs/operatorpkg/status"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -99,9 +105,128 @@ func TestEncryptedStatesInPostgres(t *testing.T) {
 		}
 	}
 
-	cleanup(t, "pg", "e2e-pg", "e2e-pg")
+	// The class and its pool are deleted while the machine lives: its encrypted state in
+	// PostgreSQL is destroyed with the key it recorded, and the class goes last.
+	deleteClassesWithClaims(t, ctx, "e2e-pg")
+	_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pg"}})
+	assertNoMachines(t)
 	store := statelock.PGStore{ConnStr: conn, Schema: v1alpha1.DefaultPGSchema}
 	if ok, err := store.Exists(ctx, statelock.Key(f.Spec.StateKey)); err != nil || ok {
 		t.Errorf("state of %s after the destroy: exists=%v, %v", f.Name, ok, err)
 	}
+}
+
+// TestClassDeletedWithLiveClaims: `kubectl delete -f nodeclass.yaml -f nodepool.yaml` while
+// claims live, for a class with the kubernetes backend and one with encrypted states: every
+// machine is destroyed (the encrypted one with the key it recorded), every state and lock
+// removed, nothing wedges, and each class goes last. (TestEncryptedStatesInPostgres does the
+// same for the pg backend.)
+func TestClassDeletedWithLiveClaims(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Minute)
+	create(t, ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "e2e-del-key"},
+		Data: map[string][]byte{"passphrase": []byte("e2e class deletion passphrase")}})
+	t.Cleanup(func() {
+		_ = env.kube.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "e2e-del-key"}})
+	})
+	plain := nodeClass("e2e-del", nodeType("del-small", "0.01", nil))
+	encrypted := nodeClass("e2e-del-enc", nodeType("del-enc-small", "0.01", nil))
+	encrypted.Spec.Backend.Encryption = &v1alpha1.BackendEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "e2e-del-key", Key: "passphrase"}}
+	for _, class := range []*v1alpha1.TofuNodeClass{plain, encrypted} {
+		startScenario(t, ctx, class, nodePool(class.Name, class.Name))
+		create(t, ctx, deployment(class.Name, class.Name, 1, "500m"))
+	}
+	for _, class := range []string{plain.Name, encrypted.Name} {
+		eventually(t, ctx, 4*time.Minute, "the pod of "+class+" to be bound", func(ctx context.Context) (bool, error) {
+			return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": class}, 1)
+		})
+	}
+	destroyed := deleteClassesWithClaims(t, ctx, plain.Name, encrypted.Name)
+	for _, f := range destroyed {
+		key := statelock.Key(f.Spec.StateKey)
+		for _, obj := range []client.Object{
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.StateNamespace, Name: key.SecretName()}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.StateNamespace, Name: key.LeaseName()}},
+		} {
+			if err := env.kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+				t.Errorf("state object %s of %s after its class was deleted: %v", obj.GetName(), f.Name, err)
+			}
+		}
+	}
+	for _, class := range []string{plain.Name, encrypted.Name} {
+		_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: class}})
+	}
+	eventually(t, ctx, time.Minute, "nothing of the classes' claims to be left", func(ctx context.Context) (bool, error) {
+		ok, _, err := devenv.Drained(ctx, env.kube)
+		return ok, err
+	})
+	assertNoMachines(t)
+}
+
+// deleteClassesWithClaims deletes classes and their pools (of the same names) while their
+// claims live, with `kubectl delete -f nodeclass.yaml -f nodepool.yaml`, and waits until the
+// classes are gone. Each class must go last: it says how many claims remain (an event, and
+// its Terminating condition) until they are destroyed, and when it is gone no Fulfillment of
+// it is left. It returns the claims that were live.
+func deleteClassesWithClaims(t *testing.T, ctx context.Context, classes ...string) []v1alpha1.Fulfillment {
+	t.Helper()
+	var live []v1alpha1.Fulfillment
+	dir := t.TempDir()
+	var classFile, poolFile strings.Builder
+	for _, class := range classes {
+		n := 0
+		for _, f := range fulfillments(t, ctx) {
+			if f.Spec.NodeClass == class && f.DeletionTimestamp.IsZero() {
+				live = append(live, f)
+				n++
+			}
+		}
+		if n == 0 {
+			t.Fatalf("class %s has no live claim to delete it with", class)
+		}
+		fmt.Fprintf(&classFile, "---\napiVersion: %s/v1alpha1\nkind: TofuNodeClass\nmetadata:\n  name: %s\n", v1alpha1.Group, class)
+		fmt.Fprintf(&poolFile, "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: %s\n", class)
+	}
+	for name, content := range map[string]string{"nodeclass.yaml": classFile.String(), "nodepool.yaml": poolFile.String()} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubectl(t, "delete", "--wait=false", "-f", filepath.Join(dir, "nodeclass.yaml"), "-f", filepath.Join(dir, "nodepool.yaml"))
+
+	gone := map[string]bool{}
+	eventually(t, ctx, 5*time.Minute, "the classes to be deleted after their claims", func(ctx context.Context) (bool, error) {
+		for _, class := range classes {
+			if gone[class] {
+				continue
+			}
+			err := env.kube.Get(ctx, client.ObjectKey{Name: class}, &v1alpha1.TofuNodeClass{})
+			if !apierrors.IsNotFound(err) {
+				continue
+			}
+			if err := client.IgnoreNotFound(err); err != nil {
+				return false, err
+			}
+			gone[class] = true
+			for _, f := range fulfillments(t, ctx) {
+				if f.Spec.NodeClass == class {
+					t.Errorf("class %s went before its claim %s (phase %s)", class, f.Name, f.Status.Phase)
+				}
+			}
+		}
+		return len(gone) == len(classes), nil
+	})
+	for _, class := range classes {
+		events := &corev1.EventList{}
+		if err := env.kube.List(ctx, events, client.MatchingFields{"involvedObject.name": class}); err != nil {
+			t.Fatal(err)
+		}
+		said := false
+		for _, e := range events.Items {
+			said = said || (e.Reason == v1alpha1.ReasonClaimsRemaining && strings.Contains(e.Message, "waiting for"))
+		}
+		if !said {
+			t.Errorf("class %s never said that it waited for its claims", class)
+		}
+	}
+	return live
 }

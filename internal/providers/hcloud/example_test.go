@@ -21,8 +21,8 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// TestExample: examples/hetzner-cloud decodes strictly into the API's types and the API
-// server admits it, the NodeClass uses no provider ID template (so machines read theirs
+// TestExample: examples/hetzner-cloud (its listed and its catalogue class) decodes strictly
+// into the API's types and the API server admits it, the NodeClass uses no provider ID template (so machines read theirs
 // from the metadata service), and the shipped module keeps the module contract.
 func TestExample(t *testing.T) {
 	t.Parallel()
@@ -47,6 +47,7 @@ func TestExample(t *testing.T) {
 	}
 	objects := map[string]client.Object{
 		"credentials.yaml": &corev1.Secret{}, "nodeclass.yaml": &v1alpha1.TofuNodeClass{}, "nodepool.yaml": &karpv1.NodePool{},
+		"nodeclass-catalog.yaml": &v1alpha1.TofuNodeClass{},
 	}
 	for file, obj := range objects {
 		data, err := os.ReadFile(filepath.Join(dir, file))

@@ -12,6 +12,8 @@ type Family struct{}
 var (
 	_ family.Family     = (*Family)(nil)
 	_ family.ErrorRules = (*Family)(nil)
+	_ family.Catalogue  = (*Family)(nil)
+	_ family.Inventory  = (*Family)(nil)
 )
 
 // NewFamily returns the Hetzner Cloud family.

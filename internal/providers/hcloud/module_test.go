@@ -298,7 +298,10 @@ func TestModulePrivateNetworks(t *testing.T) {
 		req := moduleRequest(t, s, name, "fsn1", "cx23", map[string]string{"subnet_id": fmt.Sprintf("%d-10.0.1.0/24", nw.ID)}, data)
 		// A NodePool name longer than a Hetzner label value is cut to one.
 		longPool := strings.Repeat("a", 62) + "--pool"
-		req.Variables[tfrunner.VarLabels].(map[string]string)["karpenter.sh/nodepool"] = longPool
+		labels := req.Variables[tfrunner.VarLabels].(map[string]string)
+		labels["karpenter.sh/nodepool"] = longPool
+		// The fulfiller's labels: the cluster (over parameters.cluster), the claim, the class.
+		labels["fulfiller.sh/cluster"], labels["karpenter.sh/nodeclaim"], labels["fulfiller.sh/nodeclass"] = "prod-eu", name, "hcloud"
 		before := len(s.Requests())
 		log := &testenv.SyncBuffer{}
 		res := tfrunner.Run(ctx, req, log, rules)
@@ -314,6 +317,9 @@ func TestModulePrivateNetworks(t *testing.T) {
 		}
 		if got := srv.Labels["karpenter.sh/nodepool"]; got != longPool[:62] {
 			t.Errorf("nodepool label %q, want %q", got, longPool[:62])
+		}
+		if srv.Labels["fulfiller.sh/cluster"] != "prod-eu" || srv.Labels["karpenter.sh/nodeclaim"] != name || srv.Labels["fulfiller.sh/nodeclass"] != "hcloud" {
+			t.Errorf("labels %v, want the cluster, claim and class the fulfiller passed", srv.Labels)
 		}
 		if !slices.Equal(res.Addresses, []string{srv.PublicIPv4, srv.PublicIPv6, srv.PrivateNets[0].IP}) {
 			t.Errorf("addresses %v", res.Addresses)
@@ -340,8 +346,8 @@ func TestModuleInputs(t *testing.T) {
 		params map[string]string
 		want   string
 	}{
-		{"no cluster", map[string]string{"cluster": ""}, "parameters.cluster is required"},
-		{"cluster label value", map[string]string{"cluster": "prod/eu"}, "parameters.cluster is required"},
+		{"no cluster", map[string]string{"cluster": ""}, "the cluster's name is required"},
+		{"cluster label value", map[string]string{"cluster": "prod/eu"}, "parameters.cluster, when set, is the cluster's name"},
 		{"firewall ids", map[string]string{"firewall_ids": "web"}, "parameters.firewall_ids must be"},
 		{"network and subnet", map[string]string{"network_id": "1", "subnet_id": "1-10.0.1.0/24"}, "exclude each other"},
 		{"no address at all", map[string]string{"enable_ipv4": "false", "enable_ipv6": "false"}, "needs parameters.network_id"},

@@ -18,6 +18,7 @@ type Family struct{}
 var (
 	_ family.Family     = (*Family)(nil)
 	_ family.ErrorRules = (*Family)(nil)
+	_ family.Inventory  = (*Family)(nil)
 )
 
 // NewFamily returns the simulated family.

@@ -42,6 +42,8 @@ type ServerType struct {
 	Architecture string // x86 or arm
 	// Prices per location; the type is offered where it has a price.
 	Prices []Price
+	// Deprecated types are still listed, with a deprecation notice.
+	Deprecated bool
 }
 
 // Price is what a server type costs in one location, net, in EUR.
@@ -165,4 +167,38 @@ func (t *ServerType) price(location string) (Price, bool) {
 		}
 	}
 	return Price{}, false
+}
+
+// SetPrice sets a server type's net hourly price in a location (the monthly price follows at
+// the same rate); false when the type has no price there.
+func (s *StandIn) SetPrice(serverType, location string, hourly float64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.opts.Catalog.serverType(serverType)
+	if t == nil {
+		return false
+	}
+	for i := range t.Prices {
+		if p := &t.Prices[i]; p.Location == location {
+			if p.Hourly > 0 {
+				p.Monthly *= hourly / p.Hourly
+			}
+			p.Hourly = hourly
+			return true
+		}
+	}
+	return false
+}
+
+// SetDeprecated deprecates a server type (or undoes it): /server_types shows its deprecation,
+// announced now and unavailable after 90 days.
+func (s *StandIn) SetDeprecated(serverType string, deprecated bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.opts.Catalog.serverType(serverType)
+	if t == nil {
+		return false
+	}
+	t.Deprecated = deprecated
+	return true
 }

@@ -127,6 +127,12 @@ func (s *StandIn) Server(id int64) (Server, bool) {
 	return srv.view(), true
 }
 
+// deprecationNotice is what a deprecated server type's deprecation says.
+var deprecationNotice = map[string]apiTime{
+	"announced":         apiTime(catalogCreated),
+	"unavailable_after": apiTime(catalogCreated.AddDate(0, 0, 90)),
+}
+
 func (s *StandIn) serverTypeJSON(t *ServerType) jsonServerType {
 	j := jsonServerType{ID: t.ID, Name: t.Name, Description: t.Description, Category: t.Category, Cores: t.Cores,
 		Memory: t.MemoryGB, Disk: t.DiskGB, Prices: serverTypePrices(t), StorageType: "local", CPUType: t.CPUType,
@@ -134,8 +140,15 @@ func (s *StandIn) serverTypeJSON(t *ServerType) jsonServerType {
 	for _, p := range t.Prices {
 		if l := s.opts.Catalog.location(p.Location); l != nil {
 			available := !s.faults.stockouts[offering{t.Name, l.Name}]
-			j.Locations = append(j.Locations, jsonServerTypeLocation{ID: l.ID, Name: l.Name, Available: available, Recommended: available})
+			loc := jsonServerTypeLocation{ID: l.ID, Name: l.Name, Available: available, Recommended: available && !t.Deprecated}
+			if t.Deprecated {
+				loc.Deprecation = deprecationNotice
+			}
+			j.Locations = append(j.Locations, loc)
 		}
+	}
+	if t.Deprecated {
+		j.Deprecated, j.Deprecation = true, deprecationNotice
 	}
 	return j
 }

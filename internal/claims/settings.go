@@ -1,0 +1,67 @@
+package claims
+
+import (
+	"maps"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+// settingsFor are the run settings of a claim of class nc and node type nt (either may be
+// nil: a class gone), recorded by Create: the backend with its namespace resolved
+// (stateNamespace when the class names none), the credentials, the module's parameters and
+// labels, and the apply deadline.
+func settingsFor(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType, f *v1alpha1.Fulfillment, stateNamespace string) *v1alpha1.RunSettings {
+	out := &v1alpha1.RunSettings{Parameters: map[string]string{}, Labels: map[string]string{}}
+	if nc != nil {
+		out.Backend = *nc.Spec.Backend.DeepCopy()
+		out.Credentials = append([]v1alpha1.CredentialsSource(nil), nc.Spec.Credentials...)
+		maps.Copy(out.Parameters, nc.Spec.Variables)
+	}
+	if out.Backend.Type == "" {
+		out.Backend.Type = out.Backend.TypeOrDefault()
+	}
+	if out.Backend.Namespace == "" {
+		out.Backend.Namespace = stateNamespace
+	}
+	if pg := out.Backend.PG; pg != nil && pg.SchemaName == "" {
+		pg.SchemaName = out.Backend.PGSchema()
+	}
+	if enc := out.Backend.Encryption; enc != nil && enc.Method == "" {
+		enc.Method = enc.MethodOrDefault()
+	}
+	deadline := v1alpha1.DefaultApplyDeadline
+	if nt != nil {
+		maps.Copy(out.Parameters, nt.Variables)
+		out.Labels = nodeLabels(nt, f)
+		deadline = nt.ApplyDeadline()
+	}
+	if f.Spec.NodePool != "" {
+		// For the module to label what it creates with the NodePool.
+		out.Labels[karpv1.NodePoolLabelKey] = f.Spec.NodePool
+	}
+	out.ApplyDeadline = durationPtr(deadline)
+	return out
+}
+
+// runSettings are what the claim's runs use: as Create recorded them, or, for a Fulfillment
+// made before they were recorded, from its class as it is now.
+func (c *FulfillmentController) runSettings(s *claimState) *v1alpha1.RunSettings {
+	if s.f.Spec.Settings != nil {
+		return s.f.Spec.Settings
+	}
+	return settingsFor(s.nc, s.nt, s.f, c.defaultStateNamespace())
+}
+
+// defaultStateNamespace holds the states of classes that name no namespace.
+func (c *FulfillmentController) defaultStateNamespace() string {
+	if c.opts.StateNamespace != "" {
+		return c.opts.StateNamespace
+	}
+	return c.opts.Namespace
+}
+
+func durationPtr(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }

@@ -1,0 +1,198 @@
+package hcloud
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+)
+
+// The family reads the Hetzner Cloud API with its own small client over hcloud-go's schema
+// types (hcloud-go/v2/hcloud/schema): the hcloud package itself links the standard library's
+// testing package (v2.52.0 hcloud/testing.go), which the controller binary must not carry.
+
+// The environment a class's credentials give its runs, which the family's API calls use too:
+// the token, and the API's address (the tests point it at the stand-in).
+const (
+	EnvToken    = "HCLOUD_TOKEN"
+	EnvEndpoint = "HCLOUD_ENDPOINT"
+)
+
+// DefaultEndpoint is the Hetzner Cloud API.
+const DefaultEndpoint = "https://api.hetzner.cloud/v1"
+
+// apiTimeout bounds one family call to the API; perPage is the most items a page holds.
+const (
+	apiTimeout = 30 * time.Second
+	perPage    = 50
+)
+
+// api is a client of the Hetzner Cloud API with one class's token.
+type api struct {
+	endpoint, token string
+	http            *http.Client
+}
+
+// newAPI returns a client with the class's token and endpoint.
+func newAPI(s family.Scope) (*api, error) {
+	token := s.Env[EnvToken]
+	if token == "" {
+		return nil, family.Errorf(v1alpha1.ReasonInvalidCredentials, "the class's credentials have no %s", EnvToken)
+	}
+	endpoint := strings.TrimSuffix(s.Env[EnvEndpoint], "/")
+	if endpoint == "" {
+		endpoint = DefaultEndpoint
+	}
+	return &api{endpoint: endpoint, token: token, http: &http.Client{Timeout: apiTimeout}}, nil
+}
+
+// apiError is an error answer of the API: its code (unauthorized, forbidden,
+// rate_limit_exceeded, ...) and message.
+type apiError struct {
+	status        int
+	code, message string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s (%s, HTTP %d)", e.message, e.code, e.status)
+}
+
+// call makes one request and returns the answer's body; an error answer is an *apiError.
+func (a *api) call(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
+	target := a.endpoint + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("User-Agent", "fulfiller")
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e schema.ErrorResponse
+		if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
+			return nil, &apiError{status: resp.StatusCode, code: "http_error", message: strings.TrimSpace(string(body))}
+		}
+		return nil, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
+	}
+	return body, nil
+}
+
+// get reads one page of a list into out (a *schema.XListResponse embedding the meta) and
+// returns the next page, 0 after the last.
+func (a *api) get(ctx context.Context, path string, query url.Values, page int, out any) (int, error) {
+	q := url.Values{}
+	for k, v := range query {
+		q[k] = v
+	}
+	q.Set("page", strconv.Itoa(page))
+	q.Set("per_page", strconv.Itoa(perPage))
+	body, err := a.call(ctx, http.MethodGet, path, q)
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return 0, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	var meta schema.MetaResponse
+	if err := json.Unmarshal(body, &meta); err != nil {
+		return 0, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	if meta.Meta.Pagination == nil {
+		return 0, nil
+	}
+	return meta.Meta.Pagination.NextPage, nil
+}
+
+// maxPages bounds a listing, against an API that never says it is done.
+const maxPages = 100
+
+// serverTypes reads every server type.
+func (a *api) serverTypes(ctx context.Context) ([]schema.ServerType, error) {
+	var out []schema.ServerType
+	for page, n := 1, 0; page != 0; n++ {
+		if n == maxPages {
+			return nil, fmt.Errorf("listing server types: more than %d pages", maxPages)
+		}
+		var resp schema.ServerTypeListResponse
+		next, err := a.get(ctx, "/server_types", nil, page, &resp)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.ServerTypes...)
+		page = next
+	}
+	return out, nil
+}
+
+// servers reads every server with labels matching selector.
+func (a *api) servers(ctx context.Context, selector string) ([]schema.Server, error) {
+	var out []schema.Server
+	for page, n := 1, 0; page != 0; n++ {
+		if n == maxPages {
+			return nil, fmt.Errorf("listing servers: more than %d pages", maxPages)
+		}
+		var resp schema.ServerListResponse
+		next, err := a.get(ctx, "/servers", url.Values{"label_selector": {selector}}, page, &resp)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.Servers...)
+		page = next
+	}
+	return out, nil
+}
+
+// server reads one server; false when it is gone.
+func (a *api) server(ctx context.Context, id int64) (schema.Server, bool, error) {
+	body, err := a.call(ctx, http.MethodGet, "/servers/"+strconv.FormatInt(id, 10), nil)
+	if e, ok := err.(*apiError); ok && e.code == "not_found" {
+		return schema.Server{}, false, nil
+	}
+	if err != nil {
+		return schema.Server{}, false, err
+	}
+	var resp schema.ServerGetResponse
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return schema.Server{}, false, fmt.Errorf("decoding server %d: %w", id, err)
+	}
+	return resp.Server, true, nil
+}
+
+// deleteServer deletes a server (the API answers with the delete action, which runs on).
+func (a *api) deleteServer(ctx context.Context, id int64) error {
+	_, err := a.call(ctx, http.MethodDelete, "/servers/"+strconv.FormatInt(id, 10), nil)
+	if e, ok := err.(*apiError); ok && e.code == "not_found" {
+		return nil
+	}
+	return err
+}
+
+// familyError names what the API refused: a token that is wrong or may not read is
+// InvalidCredentials; anything else is returned as it is (the call is made again later).
+func familyError(what string, err error) error {
+	if e, ok := err.(*apiError); ok && (e.code == "unauthorized" || e.code == "forbidden" || e.code == "token_readonly") {
+		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "the token may not %s: %s", what, e.Error())
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,104 @@
+package simulated
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/sim"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// TestMain makes this test binary act as `fulfiller-dev sim` when modules/sim (through the
+// runner's FULFILLER_BINARY, the runner's own executable) or the family's Delete starts it
+// with "sim" as its first argument, which `go test` never passes.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "sim" {
+		os.Exit(sim.Main(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestInventory applies modules/sim with the fulfiller's labels (a real tofu run that starts a
+// simulated machine), lists it by this cluster's name with its claim and class, never lists a
+// machine of another cluster or one without labels, and deletes it: the machine stops and its
+// state dir is gone.
+func TestInventory(t *testing.T) {
+	tofu, err := testenv.Tool("tofu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	module, err := filepath.Abs(filepath.Join("..", "..", "..", "modules", "sim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	simDir := t.TempDir()
+	const name = "claim-a"
+	req := tfrunner.Request{
+		Name: name + "-apply-1", Operation: tfrunner.Apply, Family: v1alpha1.FamilySim, ModuleDir: module, WorkDir: t.TempDir(),
+		Backend: tfrunner.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(t.TempDir(), "state.tfstate")}},
+		Variables: map[string]any{
+			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "sim-small", tfrunner.VarZone: "sim-1", tfrunner.VarUserData: "#cloud-config\n",
+			tfrunner.VarLabels: map[string]string{v1alpha1.LabelCluster: "prod-eu", v1alpha1.LabelNodeClaim: name,
+				v1alpha1.LabelNodeClass: "sim", v1alpha1.LabelNodePool: "default"},
+			tfrunner.VarParameters: map[string]string{"sim_dir": simDir, "never_join": "true"},
+		},
+		TofuPath: tofu,
+	}
+	var log testenv.SyncBuffer
+	if res := tfrunner.Run(context.Background(), req, &log, nil); !res.Succeeded {
+		t.Fatalf("apply: %v\n%s", res.Error, log.String())
+	}
+	stateDir := filepath.Join(simDir, name)
+	t.Cleanup(func() { _ = sim.Stop(stateDir, time.Second) })
+	if _, running := sim.Running(stateDir); !running {
+		t.Fatalf("no machine runs after the apply\n%s", log.String())
+	}
+	// Another cluster's machine, and a folder without labels.
+	for dir, labels := range map[string]string{"other": `{"fulfiller.sh/cluster":"staging","karpenter.sh/nodeclaim":"other"}`, "bare": ""} {
+		if err := os.MkdirAll(filepath.Join(simDir, dir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if labels != "" {
+			if err := os.WriteFile(filepath.Join(simDir, dir, LabelsFile), []byte(labels), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	f := NewFamily()
+	scope := family.Scope{Class: &v1alpha1.TofuNodeClass{Spec: v1alpha1.TofuNodeClassSpec{Variables: map[string]string{"sim_dir": simDir}}}, Cluster: "prod-eu"}
+	machines, err := f.List(context.Background(), scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(machines) != 1 {
+		t.Fatalf("listed %+v, want the one machine of this cluster", machines)
+	}
+	m := machines[0]
+	if m.ID != name || m.Claim != name || m.Class != "sim" || m.NodePool != "default" || m.Cluster != "prod-eu" || time.Since(m.Created) > 5*time.Minute {
+		t.Errorf("machine %+v", m)
+	}
+	if err := f.Delete(context.Background(), scope, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, running := sim.Running(stateDir); running {
+		t.Error("the machine runs after Delete")
+	}
+	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
+		t.Errorf("its state dir is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(simDir, "other", LabelsFile)); err != nil {
+		t.Errorf("another cluster's machine was touched: %v", err)
+	}
+	// A listed machine relabelled meanwhile is not deleted.
+	other := family.Machine{ID: "other", Name: "other", Cluster: "prod-eu", Claim: "other"}
+	if err := f.Delete(context.Background(), scope, other); err == nil {
+		t.Error("a machine labelled as another cluster's was deleted")
+	}
+}
