@@ -57,6 +57,10 @@ type FulfillmentSpec struct {
 	Module string `json:"module"`
 	// Hash of the NodeClass, node type and module version used; compared for drift.
 	Hash string `json:"hash"`
+	// Parameters are what the class's family chose for this claim at Create (a leased
+	// server's number and path), passed to the module's parameters over the class's variables.
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
 	// Settings are what every run of the claim uses, its retries and its destroy included,
 	// recorded from the class and node type when Create decided: an edited or deleted class
 	// cannot change how an existing machine is destroyed. Absent in Fulfillments made before

@@ -42,6 +42,9 @@ type TofuNodeClassSpec struct {
 	// +kubebuilder:validation:Enum="";sim;hcloud;kubevirt;robot
 	// +optional
 	Family string `json:"family,omitempty"`
+	// Robot is the pool of a robot class: its servers and how they are activated.
+	// +optional
+	Robot *RobotPool `json:"robot,omitempty"`
 	// Module is the OpenTofu module every node type uses unless it names its own.
 	Module ModuleSource `json:"module"`
 	// Backend is where each claim's state lives and is locked. One state per NodeClaim.

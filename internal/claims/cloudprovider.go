@@ -51,6 +51,9 @@ type CloudProvider struct {
 	// node type's provider ID cannot be predicted.
 	providerIDWait time.Duration
 
+	// pools lease machines of the classes whose family is a finite pool (WithPools).
+	pools *pools
+
 	mu    sync.Mutex
 	cache map[types.UID]cachedTypes
 }
@@ -149,7 +152,14 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if err != nil {
 		return nil, cloudprovider.NewNodeClassNotReadyError(err)
 	}
+	its, exhausted, err := c.withPoolOffers(ctx, nc, its)
+	if err != nil {
+		return nil, err
+	}
 	ch, err := chooseOffering(nc, its, claim)
+	if err != nil && len(exhausted) > 0 {
+		err = fmt.Errorf("%s: %w; the pool has no free machine of node types %s", v1alpha1.ReasonPoolExhausted, err, strings.Join(exhausted, ", "))
+	}
 	if err != nil {
 		return nil, cloudprovider.NewInsufficientCapacityError(err)
 	}
@@ -179,6 +189,9 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 		},
 	}
 	f.Spec.Settings = settingsFor(nc, ch.nodeType, f, c.stateNamespace)
+	if err := c.leaseFor(ctx, nc, claim, f); err != nil {
+		return nil, err
+	}
 	if err := c.kube.Create(ctx, f); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			got := &v1alpha1.Fulfillment{}
@@ -356,7 +369,12 @@ func (c *CloudProvider) GetInstanceTypes(ctx context.Context, pool *karpv1.NodeP
 	if err != nil {
 		return nil, fmt.Errorf("reading nodeclass of nodepool %s: %w", pool.Name, err)
 	}
-	return c.instanceTypes(nc)
+	its, err := c.instanceTypes(nc)
+	if err != nil {
+		return nil, err
+	}
+	its, _, err = c.withPoolOffers(ctx, nc, its)
+	return its, err
 }
 
 func (c *CloudProvider) instanceTypes(nc *v1alpha1.TofuNodeClass) ([]*cloudprovider.InstanceType, error) {

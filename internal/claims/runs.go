@@ -118,6 +118,12 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 		}
 	}
 	settings := c.runSettings(s)
+	params := maps.Clone(settings.Parameters)
+	if params == nil {
+		params = map[string]string{}
+	}
+	// What the family chose for this claim (a leased machine) over the class's variables.
+	maps.Copy(params, s.f.Spec.Parameters)
 	labels := maps.Clone(settings.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -163,7 +169,7 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 			tfrunner.VarZone:       s.f.Spec.Zone,
 			tfrunner.VarUserData:   userData,
 			tfrunner.VarLabels:     labels,
-			tfrunner.VarParameters: maps.Clone(settings.Parameters),
+			tfrunner.VarParameters: params,
 		},
 		Env:      env,
 		TofuPath: c.opts.TofuPath,

@@ -105,13 +105,17 @@ func (c *FulfillmentController) destroyRuns() *runDriver {
 	}
 }
 
-// destroyed removes what the claim left: its state and lock, token and user data.
+// destroyed removes what the claim left: its state and lock, its pool lease, token and user
+// data.
 func (d *finalizeStage) destroyed(ctx context.Context, s *claimState) (reconcile.Result, error) {
 	store, err := d.c.stateStore(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := store.Remove(ctx, statelock.Key(s.f.Spec.StateKey)); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := d.c.releasePool(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := d.c.revokeTokens(ctx, s.f.Name); err != nil {

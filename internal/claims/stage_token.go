@@ -17,7 +17,7 @@ import (
 
 // registrationWindow is Karpenter's fixed time from claim creation to a registered Node;
 // no token needs to outlive it.
-const registrationWindow = 15 * time.Minute
+const registrationWindow = v1alpha1.RegistrationWindow
 
 // tokenStage keeps an unjoined claim's bootstrap token alive: a token lives only its TTL, but
 // while the claim is still waiting for its machine (a slow apply, a slow boot) the expiry is

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -35,6 +36,11 @@ type Scope struct {
 	Class   *v1alpha1.TofuNodeClass
 	Env     map[string]string
 	Cluster string
+	// Reader reads from the API server (not a cache), Writer writes; StateNamespace is where
+	// the claims' states live, and a Pool's leases. Set for Pool calls.
+	Reader         client.Reader
+	Writer         client.Client
+	StateNamespace string
 }
 
 // Catalogue (optional) offers node types from the family's own catalogue (its cloud's server

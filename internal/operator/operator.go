@@ -42,7 +42,8 @@ func Run(families family.Registry) {
 	if stateNamespace == "" {
 		stateNamespace = opts.Namespace
 	}
-	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithStateNamespace(stateNamespace)
+	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithStateNamespace(stateNamespace).
+		WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace)
 	cloudProvider := metrics.Decorate(provider)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
@@ -56,6 +57,8 @@ func Run(families family.Registry) {
 			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
 			claims.NewMachineCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families, opts.ClusterName,
 				opts.Namespace, opts.StateNamespace, opts.OrphanGrace, time.Minute),
+			claims.NewPoolKeeper(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families,
+				opts.Namespace, stateNamespace, opts.ClusterName, opts.PoolKeeperInterval),
 			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
 				Namespace:       opts.Namespace,
 				StateNamespace:  opts.StateNamespace,

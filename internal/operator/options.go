@@ -58,12 +58,14 @@ type Options struct {
 	RunnerServiceAccount  string
 	RunnerTTL             time.Duration
 	DestroyDeadline       time.Duration
-	runnerResources       string
-	runnerNodeSelector    string
-	runnerTolerations     string
-	RunnerResources       *corev1.ResourceRequirements
-	RunnerNodeSelector    map[string]string
-	RunnerTolerations     []corev1.Toleration
+	// PoolKeeperInterval is how often the pools of finite families (Hetzner Robot) are looked after.
+	PoolKeeperInterval time.Duration
+	runnerResources    string
+	runnerNodeSelector string
+	runnerTolerations  string
+	RunnerResources    *corev1.ResourceRequirements
+	RunnerNodeSelector map[string]string
+	RunnerTolerations  []corev1.Toleration
 }
 
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
@@ -82,6 +84,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.RunnerImagePullPolicy, "runner-image-pull-policy", env.WithDefaultString("FULFILLER_RUNNER_IMAGE_PULL_POLICY", string(corev1.PullIfNotPresent)), "Pull policy of runner Jobs")
 	fs.StringVar(&o.RunnerServiceAccount, "runner-service-account", env.WithDefaultString("FULFILLER_RUNNER_SERVICE_ACCOUNT", "fulfiller-runner"), "ServiceAccount of runner Jobs (RBAC for the state backend only)")
 	fs.DurationVar(&o.RunnerTTL, "runner-ttl", env.WithDefaultDuration("FULFILLER_RUNNER_TTL", 24*time.Hour), "How long finished runner Jobs, and so their logs, are kept")
+	fs.DurationVar(&o.PoolKeeperInterval, "pool-keeper-interval", env.WithDefaultDuration("FULFILLER_POOL_KEEPER_INTERVAL", 10*time.Second), "How often the pools of finite families (Hetzner Robot servers) are looked after: leases, reinstalls back to standby, installs ahead of need, quarantine")
 	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", claims.DefaultDestroyDeadline), "Longest a tofu destroy may run (an apply is bounded by its node type's deadlines.apply)")
 	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")
 	fs.StringVar(&o.runnerNodeSelector, "runner-node-selector", env.WithDefaultString("FULFILLER_RUNNER_NODE_SELECTOR", ""), "Node selector of runner pods, as a JSON map")
@@ -120,8 +123,8 @@ func (o *Options) validate() error {
 	if o.MaxConcurrentRuns < 1 {
 		return errors.New("max-concurrent-runs must be at least 1")
 	}
-	if o.RunnerTTL <= 0 || o.DestroyDeadline <= 0 {
-		return errors.New("runner-ttl and destroy-deadline must be positive")
+	if o.RunnerTTL <= 0 || o.DestroyDeadline <= 0 || o.PoolKeeperInterval <= 0 {
+		return errors.New("runner-ttl, destroy-deadline and pool-keeper-interval must be positive")
 	}
 	for _, f := range []struct {
 		name, value string

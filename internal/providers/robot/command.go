@@ -110,10 +110,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Hostname: *hostname, Image: *image, Drives: driveList,
 		})
 		if err != nil {
+			if rerr := recordFailure(ctx, a.Recorder, *server, err); rerr != nil {
+				fmt.Fprintf(stderr, "robot: recording the failure of server %d: %v\n", *server, rerr)
+			}
 			return fail(err)
+		}
+		if a.Recorder != nil {
+			// A server that activated has no failures in a row.
+			if err := a.Recorder.Record(ctx, *server, map[string]string{AttrFailures: "", AttrLastFailure: ""}); err != nil {
+				return fail(err)
+			}
 		}
 		fmt.Fprintf(stdout, "robot: server %d activated (%s) at %s\n", *server, *path, out.Address)
 	case "release":
+		if rec, ok := a.Recorder.(InventoryRecorder); ok {
+			it, err := rec.Inventory.Get(ctx, strconv.Itoa(*server))
+			if err != nil {
+				return fail(err)
+			}
+			if it.Attributes[AttrState] == StateUnverified {
+				// Not provably ours (in use outside the pool, or another host key): nothing is
+				// installed over it. The pool keeper probes it.
+				fmt.Fprintf(stdout, "robot: server %d is unverified (%s); released without a reinstall\n", *server, it.Attributes[AttrLastFailure])
+				return 0
+			}
+		}
 		out, err := a.Release(ctx, Release{Server: *server, Hostname: *hostname, Image: *image, Drives: driveList})
 		if err != nil {
 			return fail(err)
@@ -127,6 +148,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, state)
 	}
 	return 0
+}
+
+// recordFailure counts a failed activation on the server's lease: one more failure in a row
+// and its reason. A server that was not in standby or presented another host key is not
+// provably ours: it becomes unverified, and nothing will be installed over it.
+func recordFailure(ctx context.Context, rec Recorder, server int, err error) error {
+	ir, ok := rec.(InventoryRecorder)
+	if !ok {
+		return nil
+	}
+	reason := Reason(err)
+	switch reason {
+	case ReasonNotStandby, ReasonHostKeyMismatch, ReasonInstallFailed:
+	default:
+		return nil // not the server's fault
+	}
+	it, gerr := ir.Inventory.Get(ctx, strconv.Itoa(server))
+	if gerr != nil {
+		return gerr
+	}
+	attrs := failureAttrs(it, reason)
+	if reason != ReasonInstallFailed {
+		attrs[AttrState] = StateUnverified
+	}
+	return ir.Record(ctx, server, attrs)
 }
 
 func newActivator(getenv func(string) string, namespace, holder string, log io.Writer) (*Activator, error) {

@@ -1,17 +1,31 @@
 package robot
 
 import (
+	"sync"
+	"time"
+
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// Family is the Hetzner Robot node-type family (spec.family: robot).
-type Family struct{}
+// Family is the Hetzner Robot node-type family (spec.family: robot). Its pool is a finite
+// catalogue: the class's servers (spec.robot), each leased to one claim at a time.
+type Family struct {
+	// Now is the clock (default time.Now); NewMachines builds a class's Machines (default
+	// ActivatorMachines). Tests set them.
+	Now         func() time.Time
+	NewMachines func(family.Scope) (Machines, error)
+
+	once   sync.Once
+	keeper *keeperState
+}
 
 var (
-	_ family.Family     = (*Family)(nil)
-	_ family.ErrorRules = (*Family)(nil)
+	_ family.Family             = (*Family)(nil)
+	_ family.ErrorRules         = (*Family)(nil)
+	_ family.Pool               = (*Family)(nil)
+	_ family.CredentialsChecker = (*Family)(nil)
 )
 
 // NewFamily returns the Hetzner Robot family.

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(testMainEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "robot" {
 		os.Exit(robot.Main(os.Args[2:]))
 	}
-	os.Exit(testenv.RunMain(m, &controlPlane, testenv.Options{}))
+	os.Exit(testenv.RunMain(m, &controlPlane, testenv.Options{CRDs: testenv.DefaultCRDs()}))
 }
 
 // fastTimings are a real server's, 600 times faster: a 20-minute install takes 2 seconds.

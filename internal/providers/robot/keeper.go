@@ -1,0 +1,546 @@
+package robot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+)
+
+// Machines is what the pool keeper does to servers: read the account's servers, ask an
+// installed system its state (pinned to its recorded host key), and install a server as a
+// standby (rescue, reset, installimage detached; the new host key recorded first).
+type Machines interface {
+	Servers(ctx context.Context) ([]Server, error)
+	Probe(ctx context.Context, server int, hostKey string) (string, error)
+	InstallStandby(ctx context.Context, server int, rec Recorder) error
+}
+
+// Defaults of an install the keeper starts, as the module's (parameters image and drives).
+const (
+	defaultImage  = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.gz"
+	defaultDrives = "/dev/sda,/dev/sdb"
+)
+
+// How long the keeper trusts its reading of the account's servers, and how long a
+// background install or probe may take.
+const (
+	accountTTL       = 5 * time.Minute
+	backgroundBudget = 15 * time.Minute
+	probeBudget      = 20 * time.Second
+)
+
+// keeperState is what the family remembers between Keep calls: the account's servers and the
+// Machines of each class, the servers it works on, when it first saw a server reinstalling,
+// and the quarantines it has reported.
+type keeperState struct {
+	mu        sync.Mutex
+	machines  map[string]Machines
+	accounts  map[string]cachedAccount
+	inflight  map[string]bool
+	firstSeen map[string]time.Time
+	reported  map[string]bool
+	wg        sync.WaitGroup
+}
+
+type cachedAccount struct {
+	servers []Server
+	at      time.Time
+}
+
+func (f *Family) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+func (f *Family) state() *keeperState {
+	f.once.Do(func() {
+		f.keeper = &keeperState{machines: map[string]Machines{}, accounts: map[string]cachedAccount{},
+			inflight: map[string]bool{}, firstSeen: map[string]time.Time{}, reported: map[string]bool{}}
+	})
+	return f.keeper
+}
+
+// Wait waits for the keeper's background work (tests).
+func (f *Family) Wait() { f.state().wg.Wait() }
+
+// machinesFor returns the class's Machines, one per class generation and credentials, so
+// that its Robot client's request budgets hold across Keep calls.
+func (f *Family) machinesFor(s family.Scope) (Machines, error) {
+	ks := f.state()
+	key := fmt.Sprintf("%s/%d/%s", s.Class.UID, s.Class.Generation, envKey(s.Env))
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if m, ok := ks.machines[key]; ok {
+		return m, nil
+	}
+	newMachines := f.NewMachines
+	if newMachines == nil {
+		newMachines = ActivatorMachines
+	}
+	m, err := newMachines(s)
+	if err != nil {
+		return nil, err
+	}
+	for k := range ks.machines {
+		if strings.HasPrefix(k, string(s.Class.UID)+"/") {
+			delete(ks.machines, k) // an earlier generation's or credentials'
+		}
+	}
+	ks.machines[key] = m
+	return m, nil
+}
+
+func envKey(env map[string]string) string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%d:%s=%d:%s;", len(k), k, len(env[k]), env[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// ActivatorMachines are the Machines of a class: its Robot credentials and SSH key
+// (spec.credentials) and where SSH is reached (spec.variables ssh_host, ssh_port).
+func ActivatorMachines(s family.Scope) (Machines, error) {
+	getenv := func(k string) string { return s.Env[k] }
+	cfg, err := ClientConfigFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM := getenv(EnvSSHKey)
+	if keyPEM == "" {
+		return nil, fmt.Errorf("%w: %s not set", ErrInvalidCredentials, EnvSSHKey)
+	}
+	signer, err := ssh.ParsePrivateKey([]byte(keyPEM))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not an SSH private key: %w", ErrInvalidCredentials, EnvSSHKey, err)
+	}
+	vars := s.Class.Spec.Variables
+	a := &Activator{Client: c, Signer: signer, SSHHost: vars["ssh_host"]}
+	if p, err := strconv.Atoi(vars["ssh_port"]); err == nil {
+		a.SSHPort = p
+	}
+	if d, err := time.ParseDuration(vars["poll_interval"]); err == nil {
+		a.PollInterval = d
+	}
+	if d, err := time.ParseDuration(vars["rescue_timeout"]); err == nil {
+		a.RescueTimeout = d
+	}
+	image := vars["release_image"]
+	if image == "" {
+		image = vars["image"]
+	}
+	if image == "" {
+		image = defaultImage
+	}
+	drives := vars["drives"]
+	if drives == "" {
+		drives = defaultDrives
+	}
+	return &activatorMachines{a: a, pool: s.Class.Spec.Robot, image: image, drives: strings.Split(drives, ",")}, nil
+}
+
+type activatorMachines struct {
+	a      *Activator
+	pool   *v1alpha1.RobotPool
+	image  string
+	drives []string
+}
+
+// activator is the Activator of one server: reached at its declared SSH address, if any.
+func (m *activatorMachines) activator(server int) *Activator {
+	a := *m.a
+	if host, port, err := net.SplitHostPort(m.pool.SSHAddressOf(server)); err == nil {
+		a.SSHHost = host
+		if p, err := strconv.Atoi(port); err == nil {
+			a.SSHPort = p
+		}
+	}
+	return &a
+}
+
+func (m *activatorMachines) Servers(ctx context.Context) ([]Server, error) {
+	return m.a.Client.ListServers(ctx)
+}
+
+func (m *activatorMachines) Probe(ctx context.Context, server int, hostKey string) (string, error) {
+	return m.activator(server).Probe(ctx, server, hostKey)
+}
+
+func (m *activatorMachines) InstallStandby(ctx context.Context, server int, rec Recorder) error {
+	a := m.activator(server)
+	a.Recorder = rec
+	_, err := a.Release(ctx, Release{Server: server, Image: m.image, Drives: m.drives})
+	return err
+}
+
+// CheckCredentials reads the account's servers with the class's credentials.
+func (f *Family) CheckCredentials(ctx context.Context, s family.Scope) error {
+	m, err := f.machinesFor(s)
+	if err == nil {
+		_, err = m.Servers(ctx)
+	}
+	if errors.Is(err, ErrInvalidCredentials) {
+		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "%s", err.Error())
+	}
+	return err
+}
+
+// poolMembers are the servers of the class's pool by number, with their node types, and what
+// is wrong with the declaration.
+func poolMembers(nc *v1alpha1.TofuNodeClass, servers []Server) (map[string]string, []string) {
+	inAccount := map[int]Server{}
+	for _, srv := range servers {
+		inAccount[srv.Number] = srv
+	}
+	want := map[string]string{}
+	var problems []string
+	add := func(n int, nodeType string) {
+		id := strconv.Itoa(n)
+		if _, ok := nc.NodeType(nodeType); !ok {
+			problems = append(problems, fmt.Sprintf("server %d: node type %s is not in spec.nodeTypes", n, nodeType))
+			return
+		}
+		if prev, dup := want[id]; dup && prev != nodeType {
+			problems = append(problems, fmt.Sprintf("server %d is declared as %s and %s", n, prev, nodeType))
+			return
+		}
+		want[id] = nodeType
+	}
+	if nc.Spec.Robot == nil {
+		return want, []string{"a robot class needs spec.robot: its servers"}
+	}
+	for _, d := range nc.Spec.Robot.Servers {
+		srv, ok := inAccount[int(d.Number)]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("server %d is not in the Robot account", d.Number))
+		case srv.Cancelled:
+			problems = append(problems, fmt.Sprintf("server %d is cancelled", d.Number))
+		default:
+			add(int(d.Number), d.NodeType)
+		}
+	}
+	for _, d := range nc.Spec.Robot.Discover {
+		for _, srv := range servers {
+			if srv.Cancelled || (d.NamePrefix != "" && !strings.HasPrefix(srv.Name, d.NamePrefix)) || (d.Product != "" && srv.Product != d.Product) {
+				continue
+			}
+			add(srv.Number, d.NodeType)
+		}
+	}
+	return want, problems
+}
+
+// Keep looks after the class's pool: it creates the servers' leases, releases those of
+// claims that are gone, probes servers reinstalling (back to standby) or unverified, counts
+// their failures and quarantines at the second, and installs fresh servers ahead of need to
+// keep spec.robot.warm per node type in standby.
+func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context.Context, claim, uid string) (bool, error)) (family.PoolReport, error) {
+	m, err := f.machinesFor(s)
+	if err != nil {
+		return family.PoolReport{Reason: v1alpha1.ReasonPoolUnchecked, Message: "the pool cannot be looked after: " + err.Error()}, nil
+	}
+	servers, err := f.account(ctx, s, m)
+	if err != nil {
+		return family.PoolReport{Reason: v1alpha1.ReasonPoolUnchecked, Message: "reading the Robot account's servers: " + err.Error()}, nil
+	}
+	want, problems := poolMembers(s.Class, servers)
+	inv := inventory(s)
+	items, err := inv.List(ctx)
+	if err != nil {
+		return family.PoolReport{}, err
+	}
+	byID := map[string]statelock.Item{}
+	for _, it := range items {
+		byID[it.ID] = it
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(a, b int) bool { return number(ids[a]) < number(ids[b]) })
+	for _, id := range ids {
+		it, ok := byID[id]
+		if !ok {
+			if err := inv.Ensure(ctx, id); err != nil {
+				return family.PoolReport{}, err
+			}
+		}
+		switch owner := it.Attributes[AttrClass]; {
+		case owner != "" && owner != s.Class.Name:
+			problems = append(problems, fmt.Sprintf("server %s is in the pool of class %s", id, owner))
+		case it.Leased():
+		case owner == "" || it.Attributes[AttrNodeType] != want[id]:
+			err := inv.SetAttributes(ctx, id, "", map[string]string{AttrClass: s.Class.Name, AttrNodeType: want[id]})
+			if err != nil && !errors.Is(err, statelock.ErrNotHolder) {
+				return family.PoolReport{}, err
+			}
+		}
+	}
+	if items, err = inv.List(ctx); err != nil {
+		return family.PoolReport{}, err
+	}
+	mine := members(items, s.Class.Name)
+	for _, it := range mine {
+		switch state := it.Attributes[AttrState]; {
+		case it.Leased() && it.Holder != keeperHolder:
+			if err := f.sweep(ctx, inv, it, live); err != nil {
+				return family.PoolReport{}, err
+			}
+		case it.Quarantined() || it.Leased():
+		case state == StateInstalling || state == StateActive:
+			// Released after an activation that failed (the destroy of a failed apply runs no
+			// reinstall; the failure is counted): installed anew ahead of need.
+			if err := ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", map[string]string{AttrState: ""})); err != nil {
+				return family.PoolReport{}, err
+			}
+		case state == StateReinstalling || state == StateUnverified:
+			f.background(s, it.ID, func(ctx context.Context) error { return f.check(ctx, s, m, it) })
+		}
+	}
+	f.installAhead(s, m, mine, want)
+	return f.report(s, mine, problems), nil
+}
+
+// account reads the account's servers, at most every accountTTL per class and generation.
+func (f *Family) account(ctx context.Context, s family.Scope, m Machines) ([]Server, error) {
+	ks := f.state()
+	key := fmt.Sprintf("%s/%d", s.Class.UID, s.Class.Generation)
+	ks.mu.Lock()
+	hit, ok := ks.accounts[key]
+	ks.mu.Unlock()
+	if ok && f.now().Sub(hit.at) < accountTTL {
+		return hit.servers, nil
+	}
+	servers, err := m.Servers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ks.mu.Lock()
+	ks.accounts[key] = cachedAccount{servers: servers, at: f.now()}
+	ks.mu.Unlock()
+	return servers, nil
+}
+
+// sweep releases a lease whose claim is gone (a controller that stopped between leasing and
+// recording, or between destroying and releasing). A server the gone claim had activated is
+// not provably in standby: it is quarantined.
+func (f *Family) sweep(ctx context.Context, inv statelock.Inventory, it statelock.Item, live func(ctx context.Context, claim, uid string) (bool, error)) error {
+	name, uid, _ := strings.Cut(it.Holder, "/")
+	alive, err := live(ctx, name, uid)
+	if err != nil || alive {
+		return err
+	}
+	if state := it.Attributes[AttrState]; state == StateActive || state == StateInstalling {
+		if err := inv.Quarantine(ctx, it.ID, fmt.Sprintf("LeaseOrphaned: claim %s is gone while the server was %s", name, state)); err != nil {
+			return err
+		}
+	}
+	if err := inv.Release(ctx, it.ID, it.Holder, nil); err != nil && !errors.Is(err, statelock.ErrNotHolder) {
+		return err
+	}
+	return nil
+}
+
+// check probes a free server that is reinstalling or unverified: standby puts it back into
+// service; another state or host key is a failure; a reinstall that has not reached standby
+// after the cold activation time and its install timeout is one too.
+func (f *Family) check(ctx context.Context, s family.Scope, m Machines, it statelock.Item) error {
+	inv := inventory(s)
+	ks := f.state()
+	probeCtx, cancel := context.WithTimeout(ctx, probeBudget)
+	state, err := m.Probe(probeCtx, number(it.ID), it.Attributes[AttrHostKey])
+	cancel()
+	var mismatch *HostKeyMismatchError
+	switch {
+	case err == nil && state == StateStandby:
+		ks.mu.Lock()
+		delete(ks.firstSeen, it.ID)
+		ks.mu.Unlock()
+		attrs := map[string]string{AttrState: StateStandby}
+		if it.Attributes[AttrState] == StateReinstalling {
+			attrs[AttrFailures], attrs[AttrLastFailure] = "", ""
+		}
+		return ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", attrs))
+	case it.Attributes[AttrState] == StateUnverified && errors.As(err, &mismatch):
+		return f.fail(ctx, inv, it, ReasonHostKeyMismatch, "")
+	case it.Attributes[AttrState] == StateUnverified && err == nil:
+		return f.fail(ctx, inv, it, ReasonNotStandby, "")
+	case it.Attributes[AttrState] == StateReinstalling:
+		// Until the installed system boots, the rescue system (another host key) or nothing
+		// answers: only the time counts.
+		ks.mu.Lock()
+		first, ok := ks.firstSeen[it.ID]
+		if !ok {
+			first = f.now()
+			ks.firstSeen[it.ID] = first
+		}
+		ks.mu.Unlock()
+		if since(f.now(), first) > s.Class.Spec.Robot.ColdActivationOrDefault().Duration+backgroundBudget {
+			ks.mu.Lock()
+			delete(ks.firstSeen, it.ID)
+			ks.mu.Unlock()
+			return f.fail(ctx, inv, it, ReasonInstallFailed, "")
+		}
+	}
+	return nil
+}
+
+// fail counts a failure of a free server (or one the keeper holds, holder) and quarantines
+// it at the second; a reinstall that failed makes it fresh again, to be installed anew.
+func (f *Family) fail(ctx context.Context, inv statelock.Inventory, it statelock.Item, reason, holder string) error {
+	attrs := failureAttrs(it, reason)
+	if reason == ReasonInstallFailed {
+		attrs[AttrState] = ""
+	}
+	if err := inv.SetAttributes(ctx, it.ID, holder, attrs); err != nil {
+		return ignoreNotHolder(err)
+	}
+	it.Attributes[AttrFailures], it.Attributes[AttrLastFailure] = attrs[AttrFailures], reason
+	if q := quarantineReason(it); q != "" {
+		return inv.Quarantine(ctx, it.ID, q)
+	}
+	return nil
+}
+
+// installAhead installs fresh servers as standbys until each node type has spec.robot.warm
+// servers in standby or on their way there.
+func (f *Family) installAhead(s family.Scope, m Machines, mine []statelock.Item, want map[string]string) {
+	warm := s.Class.Spec.Robot.WarmOrDefault()
+	have := map[string]int{}
+	idle := map[string][]statelock.Item{}
+	for _, it := range mine {
+		nt := it.Attributes[AttrNodeType]
+		if want[it.ID] == "" || it.Quarantined() {
+			continue
+		}
+		switch state := it.Attributes[AttrState]; {
+		case it.Holder == keeperHolder, warmReady(it), it.Free() && state == StateReinstalling:
+			have[nt]++
+		case fresh(it):
+			idle[nt] = append(idle[nt], it)
+		}
+	}
+	for nt, list := range idle {
+		for i := 0; i < len(list) && have[nt] < warm; i++ {
+			it := list[i]
+			have[nt]++
+			f.background(s, it.ID, func(ctx context.Context) error { return f.install(ctx, s, m, it) })
+		}
+	}
+}
+
+// install leases a fresh server to the keeper, installs it as a standby and gives it back
+// (reinstalling: the next check sees it reach standby).
+func (f *Family) install(ctx context.Context, s family.Scope, m Machines, it statelock.Item) error {
+	inv := inventory(s)
+	if err := inv.Acquire(ctx, it.ID, keeperHolder); err != nil {
+		return nil // a claim leased it meanwhile, or someone quarantined it
+	}
+	err := m.InstallStandby(ctx, number(it.ID), InventoryRecorder{Inventory: inv, Holder: keeperHolder})
+	if err != nil {
+		cur, gerr := inv.Get(ctx, it.ID)
+		if gerr == nil {
+			_ = f.fail(ctx, inv, cur, ReasonInstallFailed, keeperHolder)
+		}
+	}
+	if rerr := inv.Release(ctx, it.ID, keeperHolder, nil); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// background runs fn for a server unless work on it is in flight.
+func (f *Family) background(s family.Scope, id string, fn func(ctx context.Context) error) {
+	ks := f.state()
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.inflight[id] {
+		return
+	}
+	ks.inflight[id] = true
+	ks.wg.Add(1)
+	go func() {
+		defer ks.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), backgroundBudget)
+		defer cancel()
+		_ = fn(ctx) // what fails is recorded on the server's lease, and seen next time
+		ks.mu.Lock()
+		delete(ks.inflight, id)
+		ks.mu.Unlock()
+	}()
+}
+
+// report is the pool's condition: what is wrong with its declaration, then its quarantined
+// servers, then the types offered warm only; events for quarantines not reported before.
+func (f *Family) report(s family.Scope, mine []statelock.Item, problems []string) family.PoolReport {
+	ks := f.state()
+	var quarantined []string
+	var events []family.PoolEvent
+	for _, it := range mine {
+		if !it.Quarantined() {
+			continue
+		}
+		quarantined = append(quarantined, fmt.Sprintf("server %s (%s)", it.ID, it.QuarantineReason))
+		key := string(s.Class.UID) + "/" + it.ID + "/" + it.QuarantinedAt.String()
+		ks.mu.Lock()
+		if !ks.reported[key] {
+			ks.reported[key] = true
+			events = append(events, family.PoolEvent{Warning: true, Reason: v1alpha1.ReasonServerQuarantined,
+				Message: fmt.Sprintf("server %s is quarantined: %s; it is not offered until its lease's %s annotation is removed", it.ID, it.QuarantineReason, "inventory.fulfiller.sh/quarantined")})
+		}
+		ks.mu.Unlock()
+	}
+	var warmOnly []string
+	for i := range s.Class.Spec.NodeTypes {
+		nt := &s.Class.Spec.NodeTypes[i]
+		if !coldFits(s.Class, nt) {
+			warmOnly = append(warmOnly, nt.Name)
+		}
+	}
+	r := family.PoolReport{Healthy: true, Reason: v1alpha1.ReasonPoolHealthy, Events: events,
+		Message: fmt.Sprintf("%d servers; every type is offered warm and cold", len(mine))}
+	switch {
+	case len(problems) > 0:
+		r.Healthy, r.Reason, r.Message = false, v1alpha1.ReasonPoolInvalid, strings.Join(problems, "; ")
+	case len(quarantined) > 0:
+		r.Healthy, r.Reason, r.Message = false, v1alpha1.ReasonServersQuarantined, strings.Join(quarantined, "; ")+"; not offered until cleared"
+	case len(warmOnly) > 0:
+		r.Reason = v1alpha1.ReasonColdExceedsWindow
+		r.Message = fmt.Sprintf("node types %s: the cold path (%s) and join timeout exceed Karpenter's %s registration window; offered only while servers wait in standby",
+			strings.Join(warmOnly, ", "), s.Class.Spec.Robot.ColdActivationOrDefault().Duration, v1alpha1.RegistrationWindow)
+	}
+	return r
+}
+
+func ignoreNotHolder(err error) error {
+	if errors.Is(err, statelock.ErrNotHolder) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,229 @@
+package robot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+)
+
+// Attributes of a server's inventory item besides AttrHostKey and AttrState, kept by the
+// pool: which class and node type the server is, and its activation failures.
+const (
+	// AttrClass is the class whose pool the server is in; a server is in one class's pool.
+	AttrClass = "class"
+	// AttrNodeType is the node type the server is.
+	AttrNodeType = "node-type"
+	// AttrFailures counts activations and reinstalls that failed in a row; AttrLastFailure is
+	// the reason of the last one. Two quarantine the server.
+	AttrFailures    = "failures"
+	AttrLastFailure = "last-failure"
+)
+
+// StateUnverified: a warm activation found the server not in standby or presenting another
+// host key. It is not provably ours: nothing is installed over it, and the pool keeper
+// probes it with the recorded key until it says standby again (or quarantines it).
+const StateUnverified = "unverified"
+
+// quarantineAfter is how many failures in a row quarantine a server.
+const quarantineAfter = 2
+
+// keeperHolder is the lease holder of a server the pool keeper installs ahead of need.
+const keeperHolder = "pool-keeper/" + InventoryPool
+
+func inventory(s family.Scope) statelock.Inventory {
+	return statelock.Inventory{Reader: s.Reader, Writer: s.Writer, Namespace: s.StateNamespace, Pool: InventoryPool}
+}
+
+// members are the items of the class's pool.
+func members(items []statelock.Item, class string) []statelock.Item {
+	var out []statelock.Item
+	for _, it := range items {
+		if it.Attributes[AttrClass] == class {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// warmReady: free, installed by the fulfiller (its host key is recorded) and in standby.
+func warmReady(it statelock.Item) bool {
+	return it.Free() && it.Attributes[AttrState] == StateStandby && it.Attributes[AttrHostKey] != ""
+}
+
+// fresh: free and never installed by the fulfiller; declared in the pool, so the operator has
+// said it may be installed.
+func fresh(it statelock.Item) bool {
+	return it.Free() && it.Attributes[AttrState] == ""
+}
+
+// coldFits reports whether the class's cold path and the type's join timeout fit Karpenter's
+// registration window.
+func coldFits(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) bool {
+	return nc.Spec.Robot.ColdActivationOrDefault().Duration+nt.JoinTimeoutOrDefault() <= v1alpha1.RegistrationWindow
+}
+
+// candidates are the servers of the type a claim may get, warm first (by number), then, when
+// the cold path fits the window, fresh ones.
+func candidates(nc *v1alpha1.TofuNodeClass, items []statelock.Item, nodeType string) (warm, cold []string) {
+	nt, ok := nc.NodeType(nodeType)
+	if !ok {
+		return nil, nil
+	}
+	fits := coldFits(nc, nt)
+	for _, it := range members(items, nc.Name) {
+		if it.Attributes[AttrNodeType] != nodeType {
+			continue
+		}
+		switch {
+		case warmReady(it):
+			warm = append(warm, it.ID)
+		case fits && fresh(it):
+			cold = append(cold, it.ID)
+		}
+	}
+	byNumber := func(ids []string) {
+		sort.Slice(ids, func(a, b int) bool { return number(ids[a]) < number(ids[b]) })
+	}
+	byNumber(warm)
+	byNumber(cold)
+	return warm, cold
+}
+
+func number(id string) int {
+	n, _ := strconv.Atoi(id)
+	return n
+}
+
+// Offer counts, per node type of the class, the servers a claim could get now.
+func (f *Family) Offer(ctx context.Context, s family.Scope) (map[string]int, error) {
+	items, err := inventory(s).List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, nt := range s.Class.Spec.NodeTypes {
+		warm, cold := candidates(s.Class, items, nt.Name)
+		out[nt.Name] = len(warm) + len(cold)
+	}
+	return out, nil
+}
+
+// Lease leases the claim a warm server of the type, or, when none is and the cold path fits
+// the window, a fresh one to install. A claim holding a server gets it again.
+func (f *Family) Lease(ctx context.Context, s family.Scope, c family.PoolClaim) (family.PoolLease, error) {
+	inv := inventory(s)
+	holder := statelock.LeaseHolder(c.Name, c.UID)
+	items, err := inv.List(ctx)
+	if err != nil {
+		return family.PoolLease{}, err
+	}
+	var id string
+	for _, it := range items {
+		if it.Holder == holder {
+			id = it.ID
+		}
+	}
+	if id == "" {
+		warm, cold := candidates(s.Class, items, c.NodeType)
+		id, err = inv.AcquireAny(ctx, holder, append(warm, cold...))
+		if errors.Is(err, statelock.ErrNoFreeItem) {
+			return family.PoolLease{}, fmt.Errorf("%w: node type %s of class %s has no server in standby%s",
+				family.ErrPoolExhausted, c.NodeType, s.Class.Name, coldNote(s.Class, c.NodeType))
+		}
+		if err != nil {
+			return family.PoolLease{}, err
+		}
+	}
+	it, err := inv.Get(ctx, id)
+	if err != nil {
+		return family.PoolLease{}, err
+	}
+	return leaseOf(s, it, holder), nil
+}
+
+func coldNote(nc *v1alpha1.TofuNodeClass, nodeType string) string {
+	nt, ok := nc.NodeType(nodeType)
+	if ok && !coldFits(nc, nt) {
+		return fmt.Sprintf(" and its cold path (%s + join %s) exceeds Karpenter's %s registration window",
+			nc.Spec.Robot.ColdActivationOrDefault().Duration, nt.JoinTimeoutOrDefault(), v1alpha1.RegistrationWindow)
+	}
+	return " and none to install cold"
+}
+
+// leaseOf is the module's parameters of a leased server: warm when it waits in standby, cold
+// otherwise.
+func leaseOf(s family.Scope, it statelock.Item, holder string) family.PoolLease {
+	path := Cold
+	if it.Attributes[AttrState] == StateStandby && it.Attributes[AttrHostKey] != "" {
+		path = Warm
+	}
+	params := map[string]string{
+		"server_number":       it.ID,
+		"activation_path":     string(path),
+		"lease_holder":        holder,
+		"inventory_namespace": s.StateNamespace,
+	}
+	if path == Warm {
+		params["host_key"] = it.Attributes[AttrHostKey]
+	}
+	if host, port, err := net.SplitHostPort(s.Class.Spec.Robot.SSHAddressOf(number(it.ID))); err == nil {
+		params["ssh_host"], params["ssh_port"] = host, port
+	}
+	return family.PoolLease{Parameters: params, ProviderID: "hrobot://" + it.ID}
+}
+
+// Release gives the claim's server back. A server that failed quarantineAfter times in a row
+// is quarantined first, with its last failure as the reason.
+func (f *Family) Release(ctx context.Context, s family.Scope, c family.PoolClaim) error {
+	inv := inventory(s)
+	holder := statelock.LeaseHolder(c.Name, c.UID)
+	items, err := inv.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		if it.Holder != holder {
+			continue
+		}
+		if reason := quarantineReason(it); reason != "" {
+			if err := inv.Quarantine(ctx, it.ID, reason); err != nil {
+				return err
+			}
+		}
+		if err := inv.Release(ctx, it.ID, holder, nil); err != nil && !errors.Is(err, statelock.ErrNotHolder) {
+			return err
+		}
+	}
+	return nil
+}
+
+// quarantineReason is why the item must be quarantined; empty when it need not.
+func quarantineReason(it statelock.Item) string {
+	n, _ := strconv.Atoi(it.Attributes[AttrFailures])
+	if n < quarantineAfter {
+		return ""
+	}
+	return fmt.Sprintf("%s: failed %d times in a row", it.Attributes[AttrLastFailure], n)
+}
+
+// failureAttrs counts one more failure with reason.
+func failureAttrs(it statelock.Item, reason string) map[string]string {
+	n, _ := strconv.Atoi(it.Attributes[AttrFailures])
+	return map[string]string{AttrFailures: strconv.Itoa(n + 1), AttrLastFailure: reason}
+}
+
+// since is how long ago t was, zero for the zero time.
+func since(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return now.Sub(t)
+}
