@@ -61,6 +61,10 @@ func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result 
 	res.Error = Classify(out.diagnostics(), err, rules.For(req.Family))
 	if res.Error != nil {
 		res.Error.Message = out.redact(res.Error.Message)
+		if at := retryAfter(ctx, rules.For(req.Family), res.Error, out.diagnostics(), req.Env); at != nil {
+			res.Error.RetryAfter = at
+			out.note("info", "the cloud API's rate limit resets at "+at.Format(time.RFC3339)+": no retry before")
+		}
 		res.Succeeded = false
 		res.Outputs, res.ProviderID, res.NodeName, res.Addresses = nil, "", "", nil
 		out.note("error", fmt.Sprintf("%s of run %s failed: %s", req.Operation, req.Name, res.Error.Error()))
