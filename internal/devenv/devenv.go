@@ -261,6 +261,10 @@ func (c *controller) start() error {
 		"HEALTH_PROBE_PORT="+strconv.Itoa(ports[1]),
 		"LOG_LEVEL=info",
 	)
+	if rc, err := controlplane.TofuRC(); err == nil {
+		// As the image does: tofu installs providers from the tools' mirror.
+		cmd.Env = append(cmd.Env, tofuRCEnv(rc))
+	}
 	if c.jobs {
 		cmd.Env = append(cmd.Env, jobExecutorEnv(tofu)...)
 	} else {
