@@ -196,7 +196,7 @@ func TestHcloud(t *testing.T) {
 	// A good token, and the cheapest offering that exists sold out.
 	api.SetStockout("cx23", "fsn1", true)
 	tr := trackFulfillments(t)
-	secret.StringData["HCLOUD_TOKEN"] = api.Token()
+	secret.StringData = map[string]string{"HCLOUD_ENDPOINT": api.Endpoint(), "HCLOUD_TOKEN": api.Token()}
 	if err := env.kube.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
