@@ -6,6 +6,7 @@
 #
 #   hack/tools.sh            build what is missing, print the bin folder
 #   TOOLS="tofu etcd" ...    build only these
+#   TOOLS="karpenter-kwok kwok" hack/tools.sh   the benchmarks' tools (make bench-tools)
 #
 # The OpenTofu providers the shipped modules require are built the same way and laid out as a
 # filesystem mirror in $FULFILLER_CACHE/tools/providers (registry.opentofu.org/<ns>/<type>/
@@ -13,8 +14,17 @@
 # installs from it only: $FULFILLER_CACHE/tools/tofurc (TF_CLI_CONFIG_FILE). Tests, the local
 # environment and the image's mirror all use these builds.
 #
+# `make bench` compares the fulfiller with Karpenter's own kwok provider: `karpenter-kwok` is
+# the kwok main package of the Karpenter core module the project pins, and `kwok` is the
+# kwok controller that gives the Nodes it creates a status; kwok >= 0.8 has no built-in
+# stages, so the script also writes the default ones (node-initialize, node heartbeat with
+# lease, pod ready/complete/delete) from kwok's source to $FULFILLER_CACHE/tools/bin/kwok-stages.yaml.
+# Only the benchmarks use these two, so the default TOOLS leave them out (a cold `make tools`,
+# which CI runs, does not build them); `make bench-tools` builds them.
+#
 # Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION
-# HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION FULFILLER_CACHE TOOLS.
+# HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION KARPENTER_VERSION KWOK_VERSION
+# FULFILLER_CACHE TOOLS.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -25,6 +35,8 @@ HELM_VERSION=${HELM_VERSION:-3.22.0}
 CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-0.21.0}
 HCLOUD_PROVIDER_VERSION=${HCLOUD_PROVIDER_VERSION:-1.58.0}
 KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-1.19.0}
+KARPENTER_VERSION=${KARPENTER_VERSION:-1.15.0}
+KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
 TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen provider-hcloud provider-kubectl"}
 
@@ -40,7 +52,7 @@ unset GOFLAGS
 log() { printf 'tools: %s\n' "$*" >&2; }
 
 current_tool=""
-trap 'rc=$?; rm -f "$root"/*.tmp.$$; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION)"; fi' EXIT
+trap 'rc=$?; rm -f "$root"/*.tmp.$$ "$root"/*.tmp.$$.*; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION)"; fi' EXIT
 
 version_of() {
   case $1 in
@@ -50,6 +62,8 @@ version_of() {
     controller-gen) echo "$CONTROLLER_GEN_VERSION" ;;
     provider-hcloud) echo "$HCLOUD_PROVIDER_VERSION" ;;
     provider-kubectl) echo "$KUBECTL_PROVIDER_VERSION" ;;
+    karpenter-kwok) echo "$KARPENTER_VERSION" ;;
+    kwok) echo "$KWOK_VERSION" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo "$K8S_VERSION" ;;
     *) log "unknown tool $1"; return 1 ;;
   esac
@@ -164,6 +178,30 @@ build_provider_kubectl() {
   build_provider "$1" github.com/gavinbunney/terraform-provider-kubectl "$KUBECTL_PROVIDER_VERSION"
 }
 
+# build_karpenter_kwok OUT: Karpenter's kwok provider (the kwok main package of the core
+# module), built in a writable copy like the providers. Karpenter needs Go >= 1.26.9. It is
+# built without -trimpath so that it shares the build cache with the project's own builds,
+# which compile the same Karpenter and Kubernetes packages.
+build_karpenter_kwok() {
+  local dir
+  dir=$(writable_copy "sigs.k8s.io/karpenter@v$KARPENTER_VERSION" "karpenter-$KARPENTER_VERSION")
+  (cd "$dir" && GOTOOLCHAIN=go1.26.9 GOFLAGS=-mod=mod go build -ldflags "-s -w" -o "$1" ./kwok)
+}
+
+# build_kwok OUT: the kwok controller, and next to it (OUT.stages.yaml) the stages kwokctl
+# runs it with by default, taken from the same source.
+build_kwok() {
+  local dir stage
+  dir=$(writable_copy "sigs.k8s.io/kwok@v$KWOK_VERSION" "kwok-$KWOK_VERSION")
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION" -o "$1" ./cmd/kwok)
+  : >"$1.stages.yaml"
+  for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    { echo "---"; cat "$dir/kustomize/stage/$stage.yaml"; } >>"$1.stages.yaml"
+  done
+}
+
 # mirror_provider TOOL NAMESPACE TYPE: links a built provider into the filesystem mirror.
 mirror_provider() {
   local version dir
@@ -191,14 +229,19 @@ for tool in $TOOLS; do
       controller-gen) build_controller_gen "$tmp" ;;
       provider-hcloud) build_provider_hcloud "$tmp" ;;
       provider-kubectl) build_provider_kubectl "$tmp" ;;
+      karpenter-kwok) build_karpenter_kwok "$tmp" ;;
+      kwok) build_kwok "$tmp" ;;
       *) build_k8s "$tmp" "$tool" ;;
     esac
     case $tool in
       # A plugin only answers its host's handshake; run alone, it says so and exits 1.
       provider-*) said=$("$tmp" 2>&1 || true); grep -q "plugin" <<<"$said" || { log "$tool $version was built but does not run"; exit 1; } ;;
+      # An operator: without a cluster it can only show its flags.
+      karpenter-kwok) said=$("$tmp" --help 2>&1 || true); grep -q -- "-instance-types-file-path" <<<"$said" || { log "$tool $version was built but does not run"; exit 1; } ;;
       *) "$tmp" version --client >/dev/null 2>&1 || "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 ||
         { log "$tool $version was built but does not run"; exit 1; } ;;
     esac
+    if [ -f "$tmp.stages.yaml" ]; then mv "$tmp.stages.yaml" "$out.stages.yaml"; fi
     mv "$tmp" "$out"
     current_tool=""
     log "built $tool $version in $((SECONDS - start))s"
@@ -206,6 +249,7 @@ for tool in $TOOLS; do
   case $tool in
     provider-hcloud) mirror_provider "$tool" hetznercloud hcloud ;;
     provider-kubectl) mirror_provider "$tool" gavinbunney kubectl ;;
+    kwok) ln -sfn "../$tool-$version" "$bin/$tool" && ln -sfn "../$tool-$version.stages.yaml" "$bin/kwok-stages.yaml" ;;
     *) ln -sfn "../$tool-$version" "$bin/$tool" ;;
   esac
 done

@@ -21,11 +21,23 @@ import (
 // runner processes (and a test can kill one).
 const runnerEnv = "STATELOCK_TEST_RUNNER"
 
+// moduleCache is the module cache every run of these tests shares, as the runs of a local
+// executor do: the states, locks, workspaces and encryption checked here are those of runs
+// that link a cached module and write their backend record from the cache's template.
+var moduleCache string
+
 func TestMain(m *testing.M) {
 	if os.Getenv(runnerEnv) == "1" {
 		os.Exit(tfrunner.Main(os.Args[1:], nil))
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "statelock-module-cache-")
+	if err != nil {
+		panic(err)
+	}
+	moduleCache = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // fakeToken is a recognisable bootstrap token in the user data; it must appear in no state,
@@ -94,6 +106,7 @@ func simRun(t *testing.T, name string, op tfrunner.Operation, backend tfrunner.B
 		Operation: op,
 		ModuleDir: simModule(t),
 		WorkDir:   t.TempDir(),
+		CacheDir:  moduleCache,
 		Backend:   backend,
 		Workspace: workspace,
 		Variables: map[string]any{

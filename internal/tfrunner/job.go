@@ -156,9 +156,11 @@ func (e *JobExecutor) deadline(req Request) time.Duration {
 	return DefaultJobDeadline
 }
 
-// Start implements Executor. Request.WorkDir is replaced by the Job's working folder.
+// Start implements Executor. Request.WorkDir is replaced by the Job's working folder; a
+// runner pod has no module cache (Request.CacheDir): it would start empty in every pod, and
+// filling it costs more than the one run it would serve.
 func (e *JobExecutor) Start(ctx context.Context, req Request) error {
-	req.WorkDir = jobWorkDir
+	req.WorkDir, req.CacheDir = jobWorkDir, ""
 	if err := req.Validate(); err != nil {
 		return err
 	}
@@ -570,6 +572,10 @@ func runnersEnded(pods []*corev1.Pod) bool {
 func TerminationMessage(res Result) ([]byte, error) {
 	data, err := json.Marshal(res)
 	if err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	res.Phases = nil
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
 		return data, err
 	}
 	res.Outputs = nil

@@ -137,6 +137,9 @@ type LocalExecutor struct {
 	Grace time.Duration
 	// Limiter admits new runs (default: its own, DefaultMaxConcurrent at once).
 	Limiter *Limiter
+	// CacheDir is the module cache the runs share (Request.CacheDir; default
+	// Dir/.module-cache, which no run name can take).
+	CacheDir string
 
 	ownLimiter Limiter
 }
@@ -152,6 +155,13 @@ func (e *LocalExecutor) runDir(name string) string {
 	return filepath.Join(dir, name)
 }
 
+func (e *LocalExecutor) cacheDir() string {
+	if e.CacheDir != "" {
+		return e.CacheDir
+	}
+	return e.runDir(".module-cache")
+}
+
 func (e *LocalExecutor) command() ([]string, error) {
 	if len(e.Command) > 0 {
 		return e.Command, nil
@@ -163,13 +173,14 @@ func (e *LocalExecutor) command() ([]string, error) {
 	return []string{exe, "run"}, nil
 }
 
-// Start implements Executor. Request.WorkDir is replaced by the run's folder.
+// Start implements Executor. Request.WorkDir is replaced by the run's folder, and
+// Request.CacheDir by the executor's module cache.
 func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	dir := e.runDir(req.Name)
-	req.WorkDir = dir
+	req.WorkDir, req.CacheDir = dir, e.cacheDir()
 	if err := req.Validate(); err != nil {
 		return err
 	}

@@ -47,8 +47,11 @@ type Request struct {
 	// ModuleDir is the node type's module (a local folder); it is copied, never changed.
 	ModuleDir string `json:"moduleDir"`
 	// WorkDir is a fresh folder the run owns.
-	WorkDir string  `json:"workDir"`
-	Backend Backend `json:"backend"`
+	WorkDir string `json:"workDir"`
+	// CacheDir is a folder the runner keeps initialised modules in, shared by the runs of
+	// one executor (empty: none; each run copies and initialises its module).
+	CacheDir string  `json:"cacheDir,omitempty"`
+	Backend  Backend `json:"backend"`
 	// Workspace is the OpenTofu workspace the operation uses (empty: default), for backends
 	// that keep one state per workspace (pg). init runs in the default workspace; the runner
 	// then selects this one, creating it when missing.
@@ -84,6 +87,8 @@ type Result struct {
 	Error      *RunError `json:"error,omitempty"`
 	Started    time.Time `json:"started"`
 	Finished   time.Time `json:"finished"`
+	// Phases are the wall-clock and CPU times of the run's steps, in order.
+	Phases []Phase `json:"phases,omitempty"`
 }
 
 // RunError is a classified failure.

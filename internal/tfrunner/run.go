@@ -43,6 +43,7 @@ const (
 // Cancelled (or Timeout when ctx's deadline passed). Failures are classified with the generic
 // rules and those of the request's family in rules (nil: the generic rules only).
 func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result {
+	phases := startPhases()
 	res := Result{Operation: req.Operation, Started: time.Now().UTC()}
 	out := newRunLog(log, secretValues(req.Variables, nil))
 	values, passwords, pieces := envSecrets(req.Env, tofuEnvFromRunner())
@@ -51,7 +52,7 @@ func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result 
 	out.addSecrets(minPieceLen, pieces)
 	out.note("info", fmt.Sprintf("%s of run %s started", req.Operation, req.Name))
 
-	err := run(ctx, req, out, &res)
+	err := run(ctx, req, out, &res, phases)
 	if err != nil && ctx.Err() != nil {
 		// tfexec's error matches both context.Canceled and context.DeadlineExceeded; the
 		// context says which it was.
@@ -72,17 +73,35 @@ func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result 
 		res.Succeeded = true
 		out.note("info", fmt.Sprintf("%s of run %s succeeded", req.Operation, req.Name))
 	}
+	res.Phases = phases.phases
+	out.note("info", "phases: "+phases.String())
 	res.Finished = time.Now().UTC()
 	return res
 }
 
-func run(ctx context.Context, req Request, out *runLog, res *Result) error {
+func run(ctx context.Context, req Request, out *runLog, res *Result, phases *phaseClock) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
-	if err := prepareModule(req.ModuleDir, moduleDir); err != nil {
+	env, err := runEnv(req)
+	if err != nil {
 		return err
+	}
+	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
+	tofu := req.TofuPath
+	var cache *cachedRun
+	if cacheable(req) {
+		if cache, err = useModuleCache(ctx, req, env, moduleDir, out, phases); err != nil {
+			return err
+		}
+		tofu = cache.tofu
+	} else {
+		if err := prepareModule(req.ModuleDir, moduleDir); err != nil {
+			return err
+		}
+		if err := writeBackendFile(moduleDir, req.Backend); err != nil {
+			return err
+		}
 	}
 	info, err := InspectModule(moduleDir)
 	if err != nil {
@@ -92,9 +111,6 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 		return fmt.Errorf("%w: the module has no output %s", ErrInvalidModule, OutputProviderID)
 	}
 	out.addSecrets(minSecretLen, secretValues(req.Variables, info))
-	if err := writeBackendFile(moduleDir, req.Backend); err != nil {
-		return err
-	}
 	varsFile := filepath.Join(req.WorkDir, varsFileName)
 	passed, skipped, err := writeVarsFile(varsFile, req.Variables, info)
 	if err != nil {
@@ -105,35 +121,39 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if len(skipped) > 0 {
 		out.note("info", "not passing variables the module does not declare: "+strings.Join(skipped, ", "))
 	}
-	env, err := runEnv(req)
-	if err != nil {
-		return err
-	}
 	if env["KUBE_CONFIG_PATH"] == runnerKubeconfig(req.WorkDir) {
 		out.note("info", "state backend: authenticating as the pod's service account")
 	}
 
-	tf, err := tfexec.NewTerraform(moduleDir, req.TofuPath)
+	tf, err := newTofu(moduleDir, tofu, env, out)
 	if err != nil {
-		return fmt.Errorf("using tofu at %s: %w", req.TofuPath, err)
+		return err
 	}
-	if err := tf.SetEnv(env); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	phases.end(PhaseModule)
+	if _, _, err := tf.Version(ctx, false); err != nil {
+		return fmt.Errorf("tofu version: %w", err)
 	}
-	tf.SetStderr(out.stderr())
-	tf.SetWaitDelay(TofuInterruptGrace)
+	phases.end(PhaseVersion)
 
-	initOpts := []tfexec.InitOption{tfexec.Reconfigure(true), tfexec.Upgrade(false)}
-	for _, kv := range backendConfig(req.Backend) {
-		initOpts = append(initOpts, tfexec.BackendConfig(kv))
+	if cache != nil {
+		err = cache.configureBackend(ctx, tf)
+	} else {
+		err = initBackend(ctx, tf, out, req.Backend)
 	}
-	if err := tf.InitJSON(ctx, out, initOpts...); err != nil {
-		return fmt.Errorf("tofu init: %w", err)
+	if err != nil {
+		return err
 	}
+	phases.end(PhaseInit)
 	if req.Workspace != "" {
-		if err := selectWorkspace(ctx, tf, req.Workspace); err != nil {
+		if cache != nil {
+			err = writeWorkspace(moduleDir, req.Workspace)
+		} else {
+			err = selectWorkspace(ctx, tf, req.Workspace)
+		}
+		if err != nil {
 			return err
 		}
+		phases.end(PhaseWorkspace)
 	}
 
 	lockTimeout := tfexec.LockTimeout(fmt.Sprintf("%dms", req.LockTimeout.Milliseconds()))
@@ -146,16 +166,64 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("tofu %s: %w", req.Operation, err)
 	}
+	phases.end(string(req.Operation))
 	if req.Operation != Apply {
 		return nil
 	}
 
-	tf.SetStdout(io.Discard) // output -json holds sensitive values: keep them out of the log
-	outputs, err := tf.Output(ctx)
-	if err != nil {
-		return fmt.Errorf("tofu output: %w", err)
+	// The apply's stream ends with the outputs' values, but not those of sensitive outputs:
+	// only a sensitive provider_id, node_name or addresses (or a stream without outputs)
+	// needs `tofu output`.
+	outputs, ok := out.finalOutputs()
+	for _, name := range []string{OutputProviderID, OutputNodeName, OutputAddresses} {
+		ok = ok && !outputs[name].Sensitive
 	}
-	return readOutputs(outputs, res)
+	if !ok {
+		tf.SetStdout(io.Discard) // output -json holds sensitive values: keep them out of the log
+		all, err := tf.Output(ctx)
+		if err != nil {
+			return fmt.Errorf("tofu output: %w", err)
+		}
+		phases.end(PhaseOutput)
+		return readOutputs(all, res)
+	}
+	return readOutputs(streamedOutputs(outputs), res)
+}
+
+// newTofu is a terraform-exec handle on tofu for one run in moduleDir, its stdout going to
+// the run log (set per command) and its stderr to the run log.
+func newTofu(moduleDir, tofu string, env map[string]string, out *runLog) (*tfexec.Terraform, error) {
+	tf, err := tfexec.NewTerraform(moduleDir, tofu)
+	if err != nil {
+		return nil, fmt.Errorf("using tofu at %s: %w", tofu, err)
+	}
+	if err := tf.SetEnv(env); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	tf.SetStderr(out.stderr())
+	tf.SetWaitDelay(TofuInterruptGrace)
+	return tf, nil
+}
+
+// initBackend runs `tofu init` with the backend's -backend-config.
+func initBackend(ctx context.Context, tf *tfexec.Terraform, out *runLog, b Backend) error {
+	opts := []tfexec.InitOption{tfexec.Reconfigure(true), tfexec.Upgrade(false)}
+	for _, kv := range backendConfig(b) {
+		opts = append(opts, tfexec.BackendConfig(kv))
+	}
+	if err := tf.InitJSON(ctx, out, opts...); err != nil {
+		return fmt.Errorf("tofu init: %w", err)
+	}
+	return nil
+}
+
+// streamedOutputs are the outputs of an apply's stream in the shape `tofu output -json` has.
+func streamedOutputs(outputs map[string]streamOutput) map[string]tfexec.OutputMeta {
+	metas := make(map[string]tfexec.OutputMeta, len(outputs))
+	for name, o := range outputs {
+		metas[name] = tfexec.OutputMeta{Sensitive: o.Sensitive, Type: o.Type, Value: o.Value}
+	}
+	return metas
 }
 
 // selectWorkspace selects a workspace, creating it when it does not exist yet. A concurrent

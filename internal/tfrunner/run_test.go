@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +187,62 @@ func TestRunFailureClasses(t *testing.T) {
 				t.Errorf("failed run has outputs: %+v", res)
 			}
 			assertNoSecret(t, "run log", log.String())
+		})
+	}
+}
+
+// An apply's outputs come from its -json stream; only sensitive contract outputs, which the
+// stream leaves out, take a `tofu output` run.
+func TestRunOutputs(t *testing.T) {
+	t.Parallel()
+	phaseNames := func(res Result) []string {
+		var names []string
+		for _, p := range res.Phases {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+	for _, tc := range []struct {
+		module     string
+		providerID string
+		addresses  []string
+		outputs    map[string]string
+		output     bool // a `tofu output` phase
+	}{
+		{module: "node", providerID: "sim://node-o/", addresses: []string{"10.0.0.1", "fd00::1"},
+			outputs: map[string]string{"node_name": `"node-o"`, "labels": `{"karpenter.sh/nodepool":"default"}`}},
+		{module: "sensitive-outputs", providerID: "sim://node-o", addresses: []string{"10.0.0.9"},
+			outputs: map[string]string{"zone": `"sim-1"`}, output: true},
+	} {
+		t.Run(tc.module, func(t *testing.T) {
+			t.Parallel()
+			req := nodeRequest(t, "node-o", tc.module, filepath.Join(t.TempDir(), "state.tfstate"), nil)
+			var log testenv.SyncBuffer
+			res := Run(context.Background(), req, &log, testRules)
+			if !res.Succeeded {
+				t.Fatalf("apply: %+v\n%s", res.Error, log.String())
+			}
+			if !strings.HasPrefix(res.ProviderID, tc.providerID) || !reflect.DeepEqual(res.Addresses, tc.addresses) {
+				t.Errorf("provider ID %q, addresses %v", res.ProviderID, res.Addresses)
+			}
+			for name, want := range tc.outputs {
+				if got := string(res.Outputs[name]); got != want {
+					t.Errorf("output %s = %s, want %s", name, got, want)
+				}
+			}
+			if _, ok := res.Outputs[OutputProviderID]; ok == tc.output {
+				t.Errorf("outputs %v: a sensitive provider_id is not kept, another one is", res.Outputs)
+			}
+			names := phaseNames(res)
+			if slices.Contains(names, PhaseOutput) != tc.output {
+				t.Errorf("phases %v: want a %s phase: %v", names, PhaseOutput, tc.output)
+			}
+			if want := []string{PhaseStart, PhaseModule, PhaseVersion, PhaseInit, string(Apply)}; !reflect.DeepEqual(names[:len(want)], want) {
+				t.Errorf("phases %v, want them to start with %v", names, want)
+			}
+			if !strings.Contains(log.String(), "fulfiller: phases: start ") {
+				t.Errorf("the log does not show the phases:\n%s", log.String())
+			}
 		})
 	}
 }

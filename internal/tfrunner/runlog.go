@@ -26,6 +26,7 @@ type runLog struct {
 	secrets  []string
 	replacer *strings.Replacer
 	diags    []Diagnostic
+	outputs  map[string]streamOutput // of the last outputs message with values
 	out      lineWriter
 	errOut   lineWriter
 }
@@ -56,7 +57,20 @@ func (l *runLog) diagnostics() []Diagnostic {
 	return append([]Diagnostic(nil), l.diags...)
 }
 
+// finalOutputs returns the outputs of the last `outputs` message with values in tofu's
+// stream (apply -json prints one after a successful apply), and whether there was one.
+func (l *runLog) finalOutputs() (map[string]streamOutput, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.outputs, l.outputs != nil
+}
+
 func (l *runLog) stdoutLine(line []byte) {
+	if outputs, ok := parseOutputs(line); ok { // before redaction: the values are kept as tofu gave them
+		l.mu.Lock()
+		l.outputs = outputs
+		l.mu.Unlock()
+	}
 	text := l.redact(string(bytes.TrimRight(line, "\r\n")))
 	if d, ok := ParseDiagnostic([]byte(text)); ok {
 		l.mu.Lock()
@@ -243,6 +257,36 @@ func ParseDiagnostic(line []byte) (Diagnostic, bool) {
 		return Diagnostic{}, false
 	}
 	return *msg.Diagnostic, true
+}
+
+// streamOutput is one output of an `outputs` message: after a plan, with the planned action
+// and no value; after an apply, with the value (left out when sensitive).
+type streamOutput struct {
+	Sensitive bool            `json:"sensitive"`
+	Type      json.RawMessage `json:"type"`
+	Value     json.RawMessage `json:"value"`
+	Action    string          `json:"action"`
+}
+
+// parseOutputs returns the outputs of a `-json` message line of type "outputs" that reports
+// values (the one after an apply), not planned actions.
+func parseOutputs(line []byte) (map[string]streamOutput, bool) {
+	if !bytes.Contains(line, []byte(`"outputs"`)) {
+		return nil, false
+	}
+	var msg struct {
+		Type    string                  `json:"type"`
+		Outputs map[string]streamOutput `json:"outputs"`
+	}
+	if err := json.Unmarshal(line, &msg); err != nil || msg.Type != "outputs" || msg.Outputs == nil {
+		return nil, false
+	}
+	for _, o := range msg.Outputs {
+		if o.Action != "" {
+			return nil, false
+		}
+	}
+	return msg.Outputs, true
 }
 
 // lineWriter calls line for each complete line written to it (newline included).

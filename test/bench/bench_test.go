@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -44,6 +45,15 @@ func median(ds []time.Duration) time.Duration {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// rounds is BENCH_ROUNDS when set (a positive number), else def: how many measurements of
+// each kind one iteration of a benchmark makes.
+func rounds(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return def
 }
 
 func ctxFor(b *testing.B, d time.Duration) context.Context {

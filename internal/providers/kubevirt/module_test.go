@@ -43,6 +43,10 @@ const testMainEnv = "KUBEVIRT_MODULE_TEST_MAIN"
 
 var controlPlane *testenv.ControlPlane
 
+// moduleCache is the module cache the runs share, as a local executor's runs do: the kubectl
+// provider is installed once into it and read by every run.
+var moduleCache string
+
 func TestMain(m *testing.M) {
 	if os.Getenv(testMainEnv) == "1" {
 		args := os.Args[1:]
@@ -52,7 +56,14 @@ func TestMain(m *testing.M) {
 		os.Exit(sim.Main(args))
 	}
 	os.Setenv(testMainEnv, "1")
-	os.Exit(testenv.RunMain(m, &controlPlane, testenv.Options{CRDs: append(testenv.DefaultCRDs(), crds.CRDs()...)}))
+	dir, err := os.MkdirTemp("", "kubevirt-module-cache-")
+	if err != nil {
+		panic(err)
+	}
+	moduleCache = dir
+	code := testenv.RunMain(m, &controlPlane, testenv.Options{CRDs: append(testenv.DefaultCRDs(), crds.CRDs()...)})
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 const (
@@ -134,7 +145,7 @@ func request(t *testing.T, name string, op tfrunner.Operation, in infra, userDat
 		p[k] = v
 	}
 	return tfrunner.Request{
-		Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: t.TempDir(),
+		Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: t.TempDir(), CacheDir: moduleCache,
 		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default")},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "kv-small", tfrunner.VarZone: "infra-a",

@@ -1,0 +1,609 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kwokapis "sigs.k8s.io/karpenter/kwok/apis"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
+	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+)
+
+// The node both providers make in the comparison, and the pods that each need one.
+const (
+	benchZone   = "sim-a"
+	benchCPU    = "2"
+	benchMemory = "4Gi"
+	benchPodCPU = "1500m"
+	benchPool   = "bench"
+)
+
+// burstCase is one burst of the comparison: nodes pods that each need a node of their own,
+// on machines whose cloud API takes create to make one and which take boot from power-on to
+// registering their Node.
+type burstCase struct {
+	name    string
+	nodes   int
+	create  time.Duration
+	boot    time.Duration
+	hetzner bool // the fulfiller runs modules/hetzner-cloud against the Hetzner Cloud stand-in
+}
+
+// burstCases are the cases of BenchmarkBurstVersusKwok; BENCH_CASES (comma-separated names)
+// picks some.
+func burstCases() []burstCase {
+	all := []burstCase{
+		{name: "10-boot0", nodes: 10}, {name: "10-boot30", nodes: 10, boot: 30 * time.Second},
+		{name: "50-boot0", nodes: 50}, {name: "50-boot30", nodes: 50, boot: 30 * time.Second},
+		{name: "100-boot0", nodes: 100}, {name: "100-boot30", nodes: 100, boot: 30 * time.Second},
+		{name: "hetzner-50", nodes: 50, create: 30 * time.Second, boot: 30 * time.Second, hetzner: true},
+	}
+	pick := os.Getenv("BENCH_CASES")
+	if pick == "" {
+		return all
+	}
+	var cases []burstCase
+	for _, c := range all {
+		if slicesContains(strings.Split(pick, ","), c.name) {
+			cases = append(cases, c)
+		}
+	}
+	return cases
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.TrimSpace(x) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// burstResult is what one burst measured.
+type burstResult struct {
+	// bound: from creating the workload until every pod was bound to a node.
+	bound time.Duration
+	// launched: per claim, from its creation to Launched=True (Create returned), as a watch
+	// on NodeClaims saw them; registered: per claim, from the burst to Registered=True.
+	launched, registered []time.Duration
+	// create: the Create latency quantiles (p50, p90, p99) of Karpenter's
+	// karpenter_cloudprovider_duration_seconds histogram, where the provider has it; a
+	// quantile in the histogram's last bucket is its highest finite bound, createMax.
+	create    []time.Duration
+	createMax time.Duration
+	pods      int
+	// peakRSS is the controller's peak resident memory (VmHWM), in bytes.
+	peakRSS int64
+}
+
+// BenchmarkBurstVersusKwok compares the fulfiller with Karpenter's own kwok provider, in one
+// session and interleaved (kwok, fulfiller, kwok, fulfiller, ...) so that the machine's load
+// hits both alike. Each burst gets a fresh control plane of the same binaries; the workload
+// is the same Deployment (devenv.Workload) of pods that each need a node of their own. kwok
+// models boot by its NodeClass's nodeRegistrationDelay (its Node appears that long after
+// Create), the fulfiller by modules/sim's boot_delay (the simulated machine joins that long
+// after its power-on) with the local executor; the Hetzner-like case runs
+// modules/hetzner-cloud with the real hcloud provider against the Hetzner Cloud stand-in,
+// whose create action takes 30 s and whose machines boot for 30 s (kwok: a 60 s delay).
+// Reported per case, as ratios fulfiller/kwok: the time until every pod was bound, the
+// claims' create→Launched latency (p50/p90/p99) and the controllers' peak memory; and the
+// fulfiller's Create latency from karpenter_cloudprovider_duration_seconds (kwok's main does
+// not decorate its provider with these metrics). With BENCH_BASELINE_REV, that revision's
+// fulfiller runs each burst too, after this tree's. Nothing is asserted on timing.
+func BenchmarkBurstVersusKwok(b *testing.B) {
+	ctx := ctxFor(b, 3*time.Hour)
+	dir := b.TempDir()
+	bin := buildFulfillerDev(b, dir)
+	baseline, rev := "", os.Getenv(baselineRevEnv)
+	if rev != "" {
+		baseline = buildRevision(b, rev, filepath.Join(dir, "baseline"))
+	}
+	cases := burstCases()
+	n := rounds(1)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// kwok, this tree's fulfiller and the baseline's, per case.
+		results := map[string][3][]burstResult{}
+		for r := 0; r < n; r++ {
+			for _, c := range cases {
+				run := filepath.Join(dir, fmt.Sprintf("%s-%d-%d", c.name, i, r))
+				got := results[c.name]
+				k := burstKwok(b, ctx, filepath.Join(run, "kwok"), c)
+				b.Logf("%s round %d: kwok %s", c.name, r+1, k.summary())
+				f := burstFulfiller(b, ctx, bin, filepath.Join(run, "fulfiller"), c)
+				b.Logf("%s round %d: fulfiller %s", c.name, r+1, f.summary())
+				got[0], got[1] = append(got[0], k), append(got[1], f)
+				if baseline != "" {
+					f := burstFulfiller(b, ctx, baseline, filepath.Join(run, "baseline"), c)
+					b.Logf("%s round %d: fulfiller at %s %s", c.name, r+1, rev, f.summary())
+					got[2] = append(got[2], f)
+				}
+				results[c.name] = got
+			}
+		}
+		b.StopTimer()
+		var table strings.Builder
+		table.WriteString("| burst | all pods bound, fulfiller/kwok | create→Launched p50/p90/p99, fulfiller/kwok | Create p50/p90/p99 (fulfiller) | last node registered, fulfiller/kwok | peak memory, fulfiller/kwok |")
+		if baseline != "" {
+			table.WriteString(" all pods bound, " + rev + "/kwok |\n|---|---|---|---|---|---|---|\n")
+		} else {
+			table.WriteString("\n|---|---|---|---|---|---|\n")
+		}
+		for _, c := range cases {
+			k, f := merge(results[c.name][0]), merge(results[c.name][1])
+			ratio := float64(f.bound) / float64(k.bound)
+			b.ReportMetric(ratio, c.name+"-bound-ratio")
+			b.ReportMetric(float64(f.peakRSS)/float64(k.peakRSS), c.name+"-memory-ratio")
+			kl, fl := quantiles(k.launched), quantiles(f.launched)
+			fmt.Fprintf(&table, "| %d nodes, create %s, boot %s | %.2f× (%s / %s) | %s | %s | %.2f× (%s / %s) | %.2f× (%d / %d MiB) |",
+				c.nodes, c.create, c.boot, ratio, round(f.bound), round(k.bound),
+				ratios(fl, kl), createDurations(f.create, f.createMax),
+				float64(maxOf(f.registered))/float64(maxOf(k.registered)), round(maxOf(f.registered)), round(maxOf(k.registered)),
+				float64(f.peakRSS)/float64(k.peakRSS), f.peakRSS>>20, k.peakRSS>>20)
+			if baseline != "" {
+				base := merge(results[c.name][2])
+				b.ReportMetric(float64(base.bound)/float64(k.bound), c.name+"-baseline-bound-ratio")
+				fmt.Fprintf(&table, " %.2f× (%s) |", float64(base.bound)/float64(k.bound), round(base.bound))
+			}
+			table.WriteString("\n")
+		}
+		b.Logf("fulfiller (local executor) versus Karpenter's kwok provider, medians of %d round(s), load %s:\n%s", n, loadAverage(), table.String())
+		b.StartTimer()
+	}
+}
+
+// burstKwok runs one burst on a fresh kwok environment.
+func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase) burstResult {
+	b.Helper()
+	env, err := startKwok(ctx, dir, c.create+c.boot)
+	if err != nil {
+		b.Fatalf("kwok environment: %v", err)
+	}
+	defer env.stop()
+	pool := benchNodePool(karpv1.NodeClassReference{Group: kwokapis.Group, Kind: "KWOKNodeClass", Name: "bench"})
+	if err := env.kube.Create(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	res := burst(b, ctx, env.kube, env.cp.Config, c.nodes)
+	res.peakRSS = peakRSS(env.karpenter.pid())
+	return res
+}
+
+// burstFulfiller runs one burst on a fresh local environment of the fulfiller.
+func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstCase) burstResult {
+	b.Helper()
+	var extraEnv []string
+	var hcloud *standin.StandIn
+	if c.hetzner {
+		rc := filepath.Join(filepath.Dir(controlplane.ToolsBin()), "tofurc")
+		if _, err := os.Stat(rc); err != nil {
+			b.Fatalf("the providers' CLI configuration (hack/tools.sh writes it): %v", err)
+		}
+		// The runners pass FULFILLER_TOFU_ENV_* on to tofu: the hcloud provider comes from
+		// the tools' mirror.
+		extraEnv = append(extraEnv, "FULFILLER_TOFU_ENV_TF_CLI_CONFIG_FILE="+rc)
+		var err error
+		hcloud, err = standin.Start(standin.Options{
+			CreateDuration: c.create,
+			Machines:       &standin.SimMachines{Dir: filepath.Join(dir, "hcloud-machines"), Binary: []string{bin, "sim"}, BootDelay: c.boot},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer hcloud.Close()
+	}
+	up := exec.Command(bin, "dev", "up", "--dir", dir, "--executor", devenv.ExecutorLocal)
+	up.Env = append(os.Environ(), extraEnv...)
+	up.Stdout, up.Stderr = os.Stderr, os.Stderr
+	if err := up.Run(); err != nil {
+		b.Fatalf("dev up: %v", err)
+	}
+	defer func() { _ = exec.Command(bin, "dev", "down", "--dir", dir).Run() }()
+	kube, err := devenv.Client(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", devenv.Layout{Dir: dir}.Kubeconfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	vars, err := devenv.Vars(dir, filepath.Join(root(), "modules"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	class := simNodeClass(vars, c.boot)
+	if c.hetzner {
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "hcloud"},
+			StringData: map[string]string{"HCLOUD_TOKEN": hcloud.Token(), "HCLOUD_ENDPOINT": hcloud.Endpoint()},
+		}
+		if err := kube.Create(ctx, secret); err != nil {
+			b.Fatal(err)
+		}
+		class = hetznerNodeClass(vars)
+	}
+	pool := benchNodePool(karpv1.NodeClassReference{Group: v1alpha1.Group, Kind: "TofuNodeClass", Name: class.Name})
+	for _, o := range []client.Object{class, pool} {
+		if err := kube.Create(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := devenv.Poll(ctx, 2*time.Minute, 250*time.Millisecond, "the nodeclass to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, kube, class.Name)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	res := burst(b, ctx, kube, cfg, c.nodes)
+	layout := devenv.Layout{Dir: dir}
+	if pid, ok := proc.ReadPIDFile(layout.ControllerPID()); ok {
+		res.peakRSS = peakRSS(pid)
+	}
+	if port, err := os.ReadFile(layout.MetricsPortFile()); err == nil {
+		res.create, res.createMax = createQuantiles(b, "http://127.0.0.1:"+strings.TrimSpace(string(port))+"/metrics")
+	}
+	return res
+}
+
+// simNodeClass is modules/sim's NodeClass of the comparison.
+func simNodeClass(vars map[string]string, boot time.Duration) *v1alpha1.TofuNodeClass {
+	return &v1alpha1.TofuNodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: v1alpha1.TofuNodeClassSpec{
+			Module:    v1alpha1.ModuleSource{Source: filepath.Join(vars["MODULES"], "sim"), Version: "bench"},
+			Bootstrap: v1alpha1.BootstrapSpec{APIServerEndpoint: vars["API_SERVER"]},
+			Variables: map[string]string{"sim_dir": vars["SIM_DIR"], "boot_delay": boot.String(), "cpu": benchCPU, "memory": benchMemory},
+			NodeTypes: []v1alpha1.NodeType{{
+				Name:               "bench",
+				Capacity:           corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(benchCPU), corev1.ResourceMemory: resource.MustParse(benchMemory)},
+				ProviderIDTemplate: "sim://{name}",
+				Offerings:          []v1alpha1.Offering{{Zone: benchZone, Price: "0.01"}},
+			}},
+		},
+	}
+}
+
+// hetznerNodeClass is modules/hetzner-cloud's NodeClass of the comparison: cx23 servers in
+// fsn1 (examples/hetzner-cloud's type), the API token and endpoint from the Secret hcloud.
+func hetznerNodeClass(vars map[string]string) *v1alpha1.TofuNodeClass {
+	return &v1alpha1.TofuNodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-hcloud"},
+		Spec: v1alpha1.TofuNodeClassSpec{
+			Module:      v1alpha1.ModuleSource{Source: filepath.Join(vars["MODULES"], "hetzner-cloud"), Version: "bench"},
+			Credentials: []v1alpha1.CredentialsSource{{SecretName: "hcloud"}},
+			Bootstrap:   v1alpha1.BootstrapSpec{APIServerEndpoint: vars["API_SERVER"]},
+			Variables:   map[string]string{"cluster": "bench"},
+			NodeTypes: []v1alpha1.NodeType{{
+				Name: "cx23",
+				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("3800Mi"),
+					corev1.ResourceEphemeralStorage: resource.MustParse("37Gi"), corev1.ResourcePods: resource.MustParse("110")},
+				Overhead:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("300Mi")},
+				Offerings: []v1alpha1.Offering{{Zone: "fsn1", Price: "0.0056"}},
+			}},
+		},
+	}
+}
+
+// benchNodePool is the NodePool "bench" of both providers: on-demand nodes of the class.
+func benchNodePool(class karpv1.NodeClassReference) *karpv1.NodePool {
+	return &karpv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Name: benchPool},
+		Spec: karpv1.NodePoolSpec{
+			Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
+				NodeClassRef: &class,
+				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}},
+			}},
+			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: karpv1.MustParseNillableDuration("10m")},
+		},
+	}
+}
+
+// burst creates a Deployment of nodes pods that each need a node and waits until every pod is
+// bound, watching the NodeClaims meanwhile.
+func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Config, nodes int) burstResult {
+	b.Helper()
+	w, err := watchClaims(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.stop()
+	start := time.Now()
+	if err := kube.Create(ctx, devenv.Workload("burst", benchPool, int32(nodes), benchPodCPU)); err != nil {
+		b.Fatal(err)
+	}
+	if err := devenv.Poll(ctx, 20*time.Minute, 200*time.Millisecond, "every pod to be bound", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, kube, "default", map[string]string{"app": "burst"}, nodes)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	res := burstResult{bound: time.Since(start), pods: nodes}
+	// A pod can be bound the moment its Node lost the unregistered taint, just before its
+	// claim is marked Registered.
+	_ = devenv.Poll(ctx, 2*time.Minute, 200*time.Millisecond, "every claim to be registered", func(context.Context) (bool, error) {
+		return w.allRegistered(), nil
+	})
+	res.launched, res.registered = w.latencies(start)
+	return res
+}
+
+// claimWatch records when a watch on NodeClaims saw each claim appear, launch and register.
+// A watch the API server ends is made again (a new watch lists every claim as added).
+type claimWatch struct {
+	cancel                     context.CancelFunc
+	done                       chan struct{}
+	mu                         sync.Mutex
+	seen, launched, registered map[string]time.Time
+}
+
+func watchClaims(ctx context.Context, cfg *rest.Config) (*claimWatch, error) {
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cw := &claimWatch{cancel: cancel, done: make(chan struct{}),
+		seen: map[string]time.Time{}, launched: map[string]time.Time{}, registered: map[string]time.Time{}}
+	w, err := c.Watch(ctx, &karpv1.NodeClaimList{})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching NodeClaims: %w", err)
+	}
+	go func() {
+		defer close(cw.done)
+		for {
+			for ev := range w.ResultChan() {
+				if nc, ok := ev.Object.(*karpv1.NodeClaim); ok {
+					cw.observe(nc, time.Now())
+				}
+			}
+			for ctx.Err() == nil {
+				if w, err = c.Watch(ctx, &karpv1.NodeClaimList{}); err == nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	return cw, nil
+}
+
+func (cw *claimWatch) observe(nc *karpv1.NodeClaim, now time.Time) {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	if _, ok := cw.seen[nc.Name]; !ok {
+		cw.seen[nc.Name] = now
+	}
+	for cond, at := range map[string]map[string]time.Time{karpv1.ConditionTypeLaunched: cw.launched, karpv1.ConditionTypeRegistered: cw.registered} {
+		if _, ok := at[nc.Name]; !ok && nc.StatusConditions().Get(cond).IsTrue() {
+			at[nc.Name] = now
+		}
+	}
+}
+
+func (cw *claimWatch) allRegistered() bool {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return len(cw.registered) == len(cw.seen)
+}
+
+func (cw *claimWatch) stop() {
+	cw.cancel()
+	<-cw.done
+}
+
+// latencies are each claim's time from appearing to Launched, and from start to Registered.
+func (cw *claimWatch) latencies(start time.Time) (launched, registered []time.Duration) {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	for name, at := range cw.launched {
+		launched = append(launched, at.Sub(cw.seen[name]))
+	}
+	for _, at := range cw.registered {
+		registered = append(registered, at.Sub(start))
+	}
+	return launched, registered
+}
+
+// peakRSS is a process's peak resident memory (VmHWM in /proc/<pid>/status), in bytes.
+func peakRSS(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// createQuantiles reads the Create histogram of karpenter_cloudprovider_duration_seconds
+// from a metrics endpoint and returns its p50, p90 and p99, interpolated within buckets as
+// Prometheus's histogram_quantile does.
+func createQuantiles(b *testing.B, url string) ([]time.Duration, time.Duration) {
+	b.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Logf("reading %s: %v", url, err)
+		return nil, 0
+	}
+	defer resp.Body.Close()
+	type bucket struct{ le, count float64 }
+	var buckets []bucket
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "karpenter_cloudprovider_duration_seconds_bucket{") || !strings.Contains(line, `method="Create"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `le="`)
+		le, rest, _ := strings.Cut(rest, `"`)
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		count, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		bound, err2 := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			bound, err2 = math.Inf(1), nil
+		}
+		if err == nil && err2 == nil {
+			buckets = append(buckets, bucket{bound, count})
+		}
+	}
+	sort.Slice(buckets, func(i, j int) bool { return buckets[i].le < buckets[j].le })
+	if len(buckets) < 2 || buckets[len(buckets)-1].count == 0 {
+		return nil, 0
+	}
+	total := buckets[len(buckets)-1].count
+	maxFinite := time.Duration(buckets[len(buckets)-2].le * float64(time.Second))
+	var out []time.Duration
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		rank := q * total
+		lower, below := 0.0, 0.0
+		for _, bk := range buckets {
+			if bk.count >= rank {
+				upper := bk.le
+				if math.IsInf(upper, 1) {
+					upper = lower // the highest finite bound, as histogram_quantile answers
+				}
+				v := lower
+				if bk.count > below {
+					v = lower + (upper-lower)*(rank-below)/(bk.count-below)
+				}
+				out = append(out, time.Duration(v*float64(time.Second)))
+				break
+			}
+			lower, below = bk.le, bk.count
+		}
+	}
+	return out, maxFinite
+}
+
+// merge is the median over rounds of each measure (per-claim latencies are pooled).
+func merge(rs []burstResult) burstResult {
+	var out burstResult
+	var bound, rss []time.Duration
+	var creates [3][]time.Duration
+	for _, r := range rs {
+		bound = append(bound, r.bound)
+		rss = append(rss, time.Duration(r.peakRSS))
+		out.launched = append(out.launched, r.launched...)
+		out.registered = append(out.registered, r.registered...)
+		for i, c := range r.create {
+			creates[i] = append(creates[i], c)
+		}
+	}
+	out.bound, out.peakRSS = median(bound), int64(median(rss))
+	if len(rs) > 0 {
+		out.pods, out.createMax = rs[0].pods, rs[0].createMax
+	}
+	if len(creates[0]) > 0 {
+		out.create = []time.Duration{median(creates[0]), median(creates[1]), median(creates[2])}
+	}
+	return out
+}
+
+// quantiles are the p50, p90 and p99 of ds (nearest rank).
+func quantiles(ds []time.Duration) []time.Duration {
+	if len(ds) == 0 {
+		return nil
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	var out []time.Duration
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		out = append(out, s[int(math.Ceil(q*float64(len(s))))-1])
+	}
+	return out
+}
+
+func maxOf(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+func round(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}
+
+func durations(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "–"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = round(d).String()
+	}
+	return strings.Join(parts, " / ")
+}
+
+// createDurations formats Create quantiles, those in the histogram's last bucket as "≥max".
+func createDurations(ds []time.Duration, maxFinite time.Duration) string {
+	if len(ds) == 0 {
+		return "–"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = round(d).String()
+		if d >= maxFinite {
+			parts[i] = "≥" + round(maxFinite).String()
+		}
+	}
+	return strings.Join(parts, " / ")
+}
+
+func ratios(f, k []time.Duration) string {
+	if len(f) == 0 || len(k) == 0 {
+		return "–"
+	}
+	parts := make([]string, len(f))
+	for i := range f {
+		parts[i] = fmt.Sprintf("%.1f×", float64(f[i])/float64(max(k[i], time.Millisecond)))
+	}
+	return strings.Join(parts, " / ") + fmt.Sprintf(" (%s vs %s)", durations(f), durations(k))
+}
+
+func (r burstResult) summary() string {
+	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB",
+		r.pods, round(r.bound), len(r.launched), durations(quantiles(r.launched)), len(r.registered), round(maxOf(r.registered)),
+		createDurations(r.create, r.createMax), r.peakRSS>>20)
+}
