@@ -275,15 +275,20 @@ func scrapeCreate(b *testing.B, envDir string) createHistogram {
 		case "timeout":
 			h.timeouts += hist.GetSampleCount()
 		}
+		// The text format's buckets end with +Inf, which holds every observation.
 		if h.bounds == nil {
 			for _, bucket := range hist.GetBucket() {
 				h.bounds = append(h.bounds, bucket.GetUpperBound())
 			}
-			h.bounds = append(h.bounds, math.Inf(1))
+			if len(h.bounds) == 0 || !math.IsInf(h.bounds[len(h.bounds)-1], 1) {
+				h.bounds = append(h.bounds, math.Inf(1))
+			}
 			h.cumulative = make([]uint64, len(h.bounds))
 		}
 		for i, bucket := range hist.GetBucket() {
-			h.cumulative[i] += bucket.GetCumulativeCount()
+			if !math.IsInf(bucket.GetUpperBound(), 1) {
+				h.cumulative[i] += bucket.GetCumulativeCount()
+			}
 		}
 		h.cumulative[len(h.cumulative)-1] += hist.GetSampleCount()
 	}
