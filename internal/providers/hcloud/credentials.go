@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
-	"time"
-
-	hcloudgo "github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
@@ -24,9 +20,6 @@ const (
 // tokenLength is the length of a Hetzner Cloud API token: the provider refuses any other
 // before it makes a request (terraform-provider-hcloud hcloud/provider.go).
 const tokenLength = 64
-
-// checkTimeout bounds one credentials check.
-const checkTimeout = 15 * time.Second
 
 var _ family.CredentialsChecker = (*Family)(nil)
 
@@ -44,18 +37,14 @@ func (*Family) CheckCredentials(ctx context.Context, s family.Scope) error {
 	if err := tokenForm(token); err != nil {
 		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "the class's %s %v", EnvToken, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	defer cancel()
-	_, _, err := apiClient(s.Env).Server.List(ctx, hcloudgo.ServerListOpts{
-		ListOpts: hcloudgo.ListOpts{PerPage: 1, LabelSelector: v1alpha1.LabelCluster + "=" + s.Cluster},
-	})
+	_, err := listServers(ctx, s.Env, v1alpha1.LabelCluster+"="+s.Cluster)
 	switch {
 	case err == nil:
 		return nil
-	case hcloudgo.IsError(err, hcloudgo.ErrorCodeUnauthorized):
-		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "the Hetzner Cloud API refused the class's %s: %s", EnvToken, apiMessage(err))
-	case hcloudgo.IsError(err, hcloudgo.ErrorCodeForbidden):
-		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "the class's %s may not read servers: %s", EnvToken, apiMessage(err))
+	case isCode(err, codeUnauthorized):
+		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "the Hetzner Cloud API refused the class's %s: %v", EnvToken, err)
+	case isCode(err, codeForbidden):
+		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "the class's %s may not read servers: %v", EnvToken, err)
 	}
 	return fmt.Errorf("listing servers at %s: %w", endpoint(s.Env), err)
 }
@@ -78,16 +67,6 @@ func tokenForm(token string) error {
 	return nil
 }
 
-// apiMessage is the API's words of an error answer (message and code), which never hold the
-// token.
-func apiMessage(err error) string {
-	var apiErr hcloudgo.Error
-	if errors.As(err, &apiErr) {
-		return fmt.Sprintf("%s (%s)", apiErr.Message, apiErr.Code)
-	}
-	return err.Error()
-}
-
 // secretNames lists the Secrets of the class's spec.credentials.
 func secretNames(nc *v1alpha1.TofuNodeClass) string {
 	if nc == nil || len(nc.Spec.Credentials) == 0 {
@@ -98,23 +77,4 @@ func secretNames(nc *v1alpha1.TofuNodeClass) string {
 		names = append(names, "secret "+c.SecretName)
 	}
 	return strings.Join(names, ", ")
-}
-
-func endpoint(env map[string]string) string {
-	if e := env[EnvEndpoint]; e != "" {
-		return e
-	}
-	return hcloudgo.Endpoint
-}
-
-// apiClient is an API client with the class's token and endpoint that does not retry: a check
-// that fails is made again by the caller, later.
-func apiClient(env map[string]string) *hcloudgo.Client {
-	return hcloudgo.NewClient(
-		hcloudgo.WithToken(env[EnvToken]),
-		hcloudgo.WithEndpoint(endpoint(env)),
-		hcloudgo.WithApplication("fulfiller", ""),
-		hcloudgo.WithRetryOpts(hcloudgo.RetryOpts{MaxRetries: 0}),
-		hcloudgo.WithHTTPClient(&http.Client{Timeout: checkTimeout}),
-	)
 }

@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	hcloudgo "github.com/hetznercloud/hcloud-go/v2/hcloud"
-
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -23,16 +21,13 @@ var _ tfrunner.RetryTimer = Rules{}
 func (Rules) RetryAfter(ctx context.Context, errs []tfrunner.Diagnostic, env map[string]string) (time.Time, bool) {
 	limited := false
 	for _, d := range errs {
-		limited = limited || tfrunner.ContainsAnyWord(d.CodeText(), []string{string(hcloudgo.ErrorCodeRateLimitExceeded)})
+		limited = limited || tfrunner.ContainsAnyWord(d.CodeText(), []string{codeRateLimitExceeded})
 	}
 	if !limited || env[EnvToken] == "" {
 		return time.Time{}, false
 	}
-	_, resp, _ := apiClient(env).Server.List(ctx, hcloudgo.ServerListOpts{ListOpts: hcloudgo.ListOpts{PerPage: 1}})
-	if resp == nil || resp.Response == nil {
-		return time.Time{}, false
-	}
-	reset, err := strconv.ParseInt(resp.Header.Get(headerRateLimitReset), 10, 64)
+	header, _ := listServers(ctx, env, "")
+	reset, err := strconv.ParseInt(header.Get(headerRateLimitReset), 10, 64)
 	if err != nil || reset <= 0 {
 		return time.Time{}, false
 	}
