@@ -11,7 +11,7 @@ unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all tools bench-tools generate chart-crds verify-generate build test vet bench demo dev-up dev-down clean help chart-lint karpenter-crds image
+.PHONY: all tools bench-tools generate chart-crds verify-generate build test vet bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
 
 all: build
 
@@ -77,6 +77,9 @@ DEV_DIR ?= .dev
 
 demo: tools build ## run the local environment with a sample workload (see README)
 	bin/fulfiller-dev dev demo --dir $(DEV_DIR)
+
+demo-hcloud: tools build ## the same demo on modules/hetzner-cloud and the real hcloud provider, against the Hetzner Cloud API stand-in
+	bin/fulfiller-dev dev demo --hcloud --dir $(DEV_DIR)
 
 dev-up: tools build ## start the local environment in the background (KUBECONFIG=$(DEV_DIR)/kubeconfig)
 	bin/fulfiller-dev dev up --dir $(DEV_DIR)

@@ -203,6 +203,10 @@ type Run struct {
 	ErrorClass string `json:"errorClass,omitempty"`
 	// +optional
 	Message string `json:"message,omitempty"`
+	// RetryAfter: a failed run is not retried before this time, when the cloud API's rate
+	// limit that failed it resets (RateLimit-Reset of Hetzner Cloud).
+	// +optional
+	RetryAfter *metav1.Time `json:"retryAfter,omitempty"`
 	// Log is where to read the run: a file path for the local executor.
 	// +optional
 	Log string `json:"log,omitempty"`

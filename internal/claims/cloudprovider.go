@@ -88,6 +88,7 @@ func (c *CloudProvider) GetSupportedNodeClasses() []status.Object {
 // Create is fast and idempotent: the Fulfillment named after the claim is the record of what
 // was decided, so a second call (after a restart) returns the same answer and starts nothing.
 func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*karpv1.NodeClaim, error) {
+	start := c.clock.Now()
 	nc, err := c.nodeClass(ctx, claim.Spec.NodeClassRef.Name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -119,11 +120,17 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		return nil, cloudprovider.NewCreateError(fmt.Errorf("node type %s is gone from nodeclass %s", f.Spec.NodeType, nc.Name),
 			v1alpha1.ReasonNodeTypeNotFound, "the chosen node type is no longer in the nodeclass")
 	}
-	providerID := f.Spec.ProviderID
+	providerID, outcome := f.Spec.ProviderID, createTemplate
 	if providerID == "" {
-		if providerID, err = c.awaitProviderID(ctx, f); err != nil {
-			return nil, err
+		providerID, err = c.awaitProviderID(ctx, f)
+		outcome = createAwaited
+		if err != nil {
+			outcome = createTimeout
 		}
+	}
+	createDuration.WithLabelValues(outcome).Observe(c.clock.Since(start).Seconds())
+	if err != nil {
+		return nil, err
 	}
 	return c.hydrate(claim, nc, nt, f, providerID)
 }

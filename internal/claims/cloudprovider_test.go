@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -142,6 +144,13 @@ func TestCreate(t *testing.T) {
 				err   error
 			}
 			done := make(chan created, 1)
+			awaited, timedOut := createCount(t, createAwaited), createCount(t, createTimeout)
+			defer func() {
+				// Each Create is measured by how it learnt the provider ID.
+				if a, to := createCount(t, createAwaited)-awaited, createCount(t, createTimeout)-timedOut; a != 1 || to != 1 {
+					t.Errorf("create_duration_seconds counted %d awaited and %d timed-out creates, want 1 each", a, to)
+				}
+			}()
 			go func() {
 				c, err := e.provider.Create(e.ctx, claim)
 				done <- created{c, err}
@@ -285,4 +294,14 @@ func TestIsDrifted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// createCount is how many Creates createDuration measured with the provider_id label.
+func createCount(t *testing.T, label string) uint64 {
+	t.Helper()
+	m := &dto.Metric{}
+	if err := createDuration.WithLabelValues(label).(prometheus.Histogram).Write(m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 )
 
 // checkedFamily is a family with a class check and a credentials check, both scripted, that
@@ -163,5 +165,89 @@ func TestRegistry(t *testing.T) {
 	}
 	if len(r.Rules()) != 0 {
 		t.Errorf("rules of families without ErrorRules: %v", r.Rules())
+	}
+}
+
+// TestNodeClassHcloudCredentials: a class of the Hetzner Cloud family is not Ready, with
+// InvalidCredentials and a message that says why and holds no token, when its token is
+// revoked or missing; the family read the API at most once and bought nothing. A good token
+// makes it Ready.
+func TestNodeClassHcloudCredentials(t *testing.T) {
+	module := writeModule(t, map[string]string{"main.tf": `
+variable "node_name" { type = string }
+output "provider_id" { value = "hcloud://1" }
+`})
+	for _, tc := range []struct {
+		name    string
+		revoke  bool
+		noToken bool
+		ready   bool
+		message string
+		reads   int
+	}{
+		{name: "good token", ready: true, reads: 1},
+		{name: "revoked token", revoke: true, message: "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized)", reads: 1},
+		{name: "no token", noToken: true, message: "no HCLOUD_TOKEN (the Hetzner Cloud API token) in the class's credentials (secret hcloud)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := standin.StartT(t, standin.Options{})
+			if tc.revoke {
+				api.RevokeToken()
+			}
+			registry, err := family.NewRegistry(hcloud.NewFamily())
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc := testClass()
+			nc.Spec.Module.Source = module
+			nc.Spec.Family = v1alpha1.FamilyHcloud
+			nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: "hcloud"}}
+			data := map[string][]byte{hcloud.EnvEndpoint: []byte(api.Endpoint())}
+			if !tc.noToken {
+				data[hcloud.EnvToken] = []byte(api.Token())
+			}
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud"}, Data: data}
+			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, secret).WithStatusSubresource(nc).Build()
+			c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(time.Now()), &recordedEvents{}).
+				WithSecretNamespace("fulfiller").WithFamilies(registry, "prod-eu")
+			c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return nil, nil }
+			got := &v1alpha1.TofuNodeClass{}
+			for range 2 { // the second reconcile uses the cached verdict
+				if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Reconcile(context.Background(), got); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {
+				t.Fatal(err)
+			}
+			ready := got.StatusConditions().Get(status.ConditionReady)
+			cred := got.StatusConditions().Get(v1alpha1.ConditionCredentialsReady)
+			if tc.ready {
+				if !ready.IsTrue() || !cred.IsTrue() {
+					t.Errorf("Ready = %s %s %q, CredentialsReady = %s, want both true", ready.Status, ready.Reason, ready.Message, cred.Status)
+				}
+			} else {
+				for _, cond := range []*status.Condition{ready, cred} {
+					if cond.Status != metav1.ConditionFalse || cond.Reason != v1alpha1.ReasonInvalidCredentials || cond.Message != tc.message {
+						t.Errorf("%s = %s %s %q, want False %s %q", cond.Type, cond.Status, cond.Reason, cond.Message, v1alpha1.ReasonInvalidCredentials, tc.message)
+					}
+				}
+			}
+			if strings.Contains(ready.Message+cred.Message, api.Token()) {
+				t.Error("the token is in a condition")
+			}
+			requests := api.Requests()
+			if len(requests) != tc.reads {
+				t.Errorf("API requests = %v, want %d read", requests, tc.reads)
+			}
+			for _, r := range requests {
+				if r.Method != "GET" {
+					t.Errorf("the credentials check made %s", r)
+				}
+			}
+		})
 	}
 }

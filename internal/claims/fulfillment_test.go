@@ -186,6 +186,31 @@ func TestReconcile(t *testing.T) {
 				t.Error("a transient failure marked the offering unavailable")
 			}
 		}},
+		{"a rate-limited apply is not retried before the API's rate limit resets", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			reset := e.clock.Now().Add(90 * time.Second)
+			e.exec.Script(name+"-apply-1", fake.Outcome{Error: &tfrunner.RunError{Class: tfrunner.Transient,
+				Message: "limit of 3600 requests per hour reached (rate_limit_exceeded)", RetryAfter: &reset}})
+			e.create(claim)
+			e.reconcile(name)
+			res := e.reconcile(name)
+			c := e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionUnknown, string(tfrunner.Transient))
+			if want := "limit of 3600 requests per hour reached (rate_limit_exceeded) (retrying in 1m30s)"; c.Message != want || res.RequeueAfter != 90*time.Second {
+				t.Errorf("%q, requeue %s; want %q after 1m30s", c.Message, res.RequeueAfter, want)
+			}
+			if run := e.fulfillment(name).Status.Runs[0]; run.RetryAfter == nil || !run.RetryAfter.Time.Equal(reset) {
+				t.Errorf("run's retryAfter = %v, want %s", run.RetryAfter, reset)
+			}
+			// The backoff (5s) has long passed, the reset has not: no run.
+			for _, step := range []time.Duration{5 * time.Second, 84 * time.Second} {
+				e.clock.Step(step)
+				if res := e.reconcile(name); len(e.exec.Created()) != 1 || res.RequeueAfter != reset.Sub(e.clock.Now()) {
+					t.Fatalf("%s before the reset: runs %v, requeue %s", reset.Sub(e.clock.Now()), e.exec.Created(), res.RequeueAfter)
+				}
+			}
+			e.clock.Step(time.Second)
+			e.reconcile(name)
+			e.expectRuns(name, name+"-apply-1=Failed", name+"-apply-2=Running")
+		}},
 		{"a claim whose apply never wrote a state is let go without a destroy", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			e.exec.ScriptOperation(tfrunner.Apply, fake.Fails(tfrunner.Capacity, "resource_unavailable: server type small is not available in a"))
 			e.create(claim)

@@ -175,6 +175,10 @@ func (d *runDriver) failed(ctx context.Context, s *claimState, run *v1alpha1.Run
 	made := runsMade(s.f, d.op)
 	if limit := d.maxAttempts(); decision.Retry && (limit == 0 || made < limit) {
 		wait := d.c.backoff(made)
+		if run.RetryAfter != nil {
+			// Not before the cloud API's rate limit resets.
+			wait = max(wait, run.RetryAfter.Sub(d.c.clock.Now()).Round(time.Second))
+		}
 		s.conds.SetUnknownWithReason(d.condition, decision.Reason, fmt.Sprintf("%s (retrying in %s)", run.Message, wait))
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}

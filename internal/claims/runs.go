@@ -86,6 +86,9 @@ func (c *FulfillmentController) finishRun(run *v1alpha1.Run, st tfrunner.RunStat
 		run.ErrorClass, run.Message = string(tfrunner.Unknown), "run failed without a result"
 		if st.Result != nil && st.Result.Error != nil {
 			run.ErrorClass, run.Message = string(st.Result.Error.Class), st.Result.Error.Message
+			if at := st.Result.Error.RetryAfter; at != nil {
+				run.RetryAfter = &metav1.Time{Time: *at}
+			}
 		}
 	}
 }
@@ -96,12 +99,17 @@ func (c *FulfillmentController) backoff(attempts int) time.Duration {
 	return min(d, 5*time.Minute)
 }
 
-// retryWait is how long to wait before the next attempt, 0 when it may start now.
+// retryWait is how long to wait before the next attempt, 0 when it may start now: the
+// backoff after the failed run, and at least until its RetryAfter (a rate limit's reset).
 func (c *FulfillmentController) retryWait(run *v1alpha1.Run, attempts int) time.Duration {
 	if run == nil || run.Phase != v1alpha1.RunFailed || run.CompletionTime == nil {
 		return 0
 	}
-	return max(run.CompletionTime.Add(c.backoff(attempts)).Sub(c.clock.Now()), 0)
+	until := run.CompletionTime.Add(c.backoff(attempts))
+	if run.RetryAfter != nil && run.RetryAfter.After(until) {
+		until = run.RetryAfter.Time
+	}
+	return max(until.Sub(c.clock.Now()), 0)
 }
 
 // request builds the runner request of one operation of a claim.

@@ -27,6 +27,17 @@ func ToolsBin() string {
 	return filepath.Join(cache, "tools", "bin")
 }
 
+// TofuRC is the tofu CLI configuration hack/tools.sh writes next to the tools' bin folder:
+// providers (hcloud, kubectl) are installed from the tools' filesystem mirror only. It
+// returns an error that says how to build it when it is missing.
+func TofuRC() (string, error) {
+	rc := filepath.Join(filepath.Dir(ToolsBin()), "tofurc")
+	if _, err := os.Stat(rc); err != nil {
+		return "", fmt.Errorf("the tofu CLI configuration %s (the providers' mirror) is missing: run `make tools`", rc)
+	}
+	return rc, nil
+}
+
 // Tool returns the path of one pinned tool, or an error that says how to build it.
 func Tool(name string) (string, error) {
 	path := filepath.Join(ToolsBin(), name)

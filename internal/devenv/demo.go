@@ -24,6 +24,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 )
 
 // Client returns a client for the environment in dir.
@@ -75,7 +76,11 @@ func Vars(dir, modules string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{"MODULES": modules, "SIM_DIR": Layout{dir}.Machines(), "API_SERVER": strings.TrimSpace(string(server))}, nil
+	vars := map[string]string{"MODULES": modules, "SIM_DIR": Layout{dir}.Machines(), "API_SERVER": strings.TrimSpace(string(server))}
+	if endpoint, err := os.ReadFile(Layout{dir}.HcloudFile()); err == nil {
+		vars["HCLOUD_ENDPOINT"], vars["HCLOUD_TOKEN"] = strings.TrimSpace(string(endpoint)), standin.DefaultToken
+	}
+	return vars, nil
 }
 
 // Poll calls cond every interval until it is true, fails, or timeout passes.
@@ -221,7 +226,10 @@ type DemoOptions struct {
 	Modules  string // folder of the node-type modules
 	Keep     bool   // leave the environment running
 	Executor string // ExecutorLocal (default) or ExecutorJob
-	Out      io.Writer
+	// Hcloud runs the environment with its Hetzner Cloud API stand-in, and the demo's class
+	// (hcloud, from Examples with its credentials.yaml) on modules/hetzner-cloud.
+	Hcloud bool
+	Out    io.Writer
 }
 
 // Demo runs the main job: pending pods get nodes through Karpenter, real tofu runs and real
@@ -231,7 +239,7 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
 	start := time.Now()
 	step("starting the local environment in %s", o.Dir)
-	if err := Up(o.Dir, 5*time.Minute, cmp.Or(o.Executor, ExecutorLocal)); err != nil {
+	if err := Up(o.Dir, 5*time.Minute, cmp.Or(o.Executor, ExecutorLocal), o.Hcloud); err != nil {
 		return err
 	}
 	if !o.Keep {
@@ -251,17 +259,22 @@ func Demo(ctx context.Context, o DemoOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"nodeclass.yaml", "nodepool.yaml"} {
+	class, files := "sim", []string{"nodeclass.yaml", "nodepool.yaml"}
+	if o.Hcloud {
+		class, files = "hcloud", append([]string{"credentials.yaml"}, files...)
+		step("Hetzner Cloud API stand-in at %s; the class runs modules/hetzner-cloud with the real hcloud provider", vars["HCLOUD_ENDPOINT"])
+	}
+	for _, f := range files {
 		if err := ApplyFile(ctx, c, filepath.Join(o.Examples, f), vars); err != nil {
 			return err
 		}
 	}
-	if err := Poll(ctx, time.Minute, 250*time.Millisecond, "nodeclass sim to be Ready", func(ctx context.Context) (bool, error) {
-		return NodeClassReady(ctx, c, "sim")
+	if err := Poll(ctx, time.Minute, 250*time.Millisecond, "nodeclass "+class+" to be Ready", func(ctx context.Context) (bool, error) {
+		return NodeClassReady(ctx, c, class)
 	}); err != nil {
 		return err
 	}
-	step("nodeclass sim is Ready; applying the workload (6 pods that fit on no node)")
+	step("nodeclass %s is Ready; applying the workload (6 pods that fit on no node)", class)
 	if err := ApplyFile(ctx, c, filepath.Join(o.Examples, "workload.yaml"), vars); err != nil {
 		return err
 	}

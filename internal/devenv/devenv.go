@@ -23,6 +23,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 )
 
@@ -52,6 +53,10 @@ func (l Layout) ServerFile() string    { return filepath.Join(l.Dir, "apiserver"
 func (l Layout) Kubelet() string       { return filepath.Join(l.Dir, "kubelet") }
 func (l Layout) ExecutorFile() string  { return filepath.Join(l.Dir, "executor") }
 
+// HcloudFile holds the endpoint of the environment's Hetzner Cloud API stand-in, when it
+// runs one (up --hcloud).
+func (l Layout) HcloudFile() string { return filepath.Join(l.Dir, "hcloud-endpoint") }
+
 // Executor is the executor the environment in dir runs with.
 func (l Layout) Executor() string {
 	data, err := os.ReadFile(l.ExecutorFile())
@@ -66,8 +71,9 @@ func (l Layout) MetricsPortFile() string { return filepath.Join(l.Dir, "metrics-
 
 // Up starts the environment in the background and returns once the controller is ready.
 // executor is ExecutorLocal (runs are child processes of the controller) or ExecutorJob
-// (runs are Jobs, whose pods a stand-in kubelet runs on this machine).
-func Up(dir string, timeout time.Duration, executor string) error {
+// (runs are Jobs, whose pods a stand-in kubelet runs on this machine). With hcloud it also
+// runs a Hetzner Cloud API stand-in whose servers are simulated machines (HcloudFile).
+func Up(dir string, timeout time.Duration, executor string, hcloud bool) error {
 	if executor != ExecutorLocal && executor != ExecutorJob {
 		return fmt.Errorf("unknown executor %q (want local or job)", executor)
 	}
@@ -95,7 +101,7 @@ func Up(dir string, timeout time.Duration, executor string) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, "dev", "serve", "--dir", dir, "--executor", executor)
+	cmd := exec.Command(self, "dev", "serve", "--dir", dir, "--executor", executor, fmt.Sprintf("--hcloud=%t", hcloud))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -138,9 +144,9 @@ func Down(dir string, timeout time.Duration) error {
 }
 
 // Serve runs the environment in the foreground until SIGTERM or SIGINT: the control plane,
-// the controller (restarted if it exits, as a Deployment would) and, on the way out, every
-// simulated machine and runner it started.
-func Serve(dir, executor string) error {
+// the controller (restarted if it exits, as a Deployment would), with hcloud a Hetzner Cloud
+// API stand-in and, on the way out, every simulated machine and runner it started.
+func Serve(dir, executor string, hcloud bool) error {
 	l := Layout{dir}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -152,6 +158,7 @@ func Serve(dir, executor string) error {
 	}
 	defer os.Remove(l.PIDFile())
 	defer os.Remove(l.ReadyFile())
+	os.Remove(l.HcloudFile())
 	for _, d := range []string{l.Runs(), l.Machines()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -192,6 +199,18 @@ func Serve(dir, executor string) error {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 		}
+	}
+	if hcloud {
+		api, err := startHcloud(l)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := api.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "stopping the hcloud stand-in:", err)
+			}
+			os.Remove(l.HcloudFile())
+		}()
 	}
 	ctrl := &controller{layout: l}
 	if executor == ExecutorJob {
@@ -265,6 +284,10 @@ func (c *controller) start() error {
 		"HEALTH_PROBE_PORT="+strconv.Itoa(ports[1]),
 		"LOG_LEVEL=info",
 	)
+	if rc, err := controlplane.TofuRC(); err == nil {
+		// As the image does: tofu installs providers from the tools' mirror.
+		cmd.Env = append(cmd.Env, tofuRCEnv(rc))
+	}
 	if c.jobs {
 		cmd.Env = append(cmd.Env, jobExecutorEnv(tofu)...)
 	} else {
@@ -372,4 +395,27 @@ func tail(path string, n int) string {
 		data = data[len(data)-n:]
 	}
 	return string(data)
+}
+
+// startHcloud starts the environment's Hetzner Cloud API stand-in on loopback, where the
+// controller and the runners reach it; its servers boot simulated machines (in Machines(),
+// stopped with the others) that run this binary. Its endpoint goes into HcloudFile.
+func startHcloud(l Layout) (*standin.StandIn, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	api, err := standin.Start(standin.Options{
+		Machines: &standin.SimMachines{Dir: l.Machines(), Binary: []string{self, "sim"}},
+		Log:      os.Stdout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(l.HcloudFile(), []byte(api.Endpoint()), 0o600); err != nil {
+		_ = api.Close()
+		return nil, err
+	}
+	fmt.Printf("hcloud stand-in at %s\n", api.Endpoint())
+	return api, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Executors of the environment.
@@ -83,7 +84,12 @@ func startRunnerNode(ctx context.Context, l Layout, cp *controlplane.ControlPlan
 	if err != nil {
 		return nil, err
 	}
+	var env []string
+	if rc, err := controlplane.TofuRC(); err == nil {
+		env = append(env, tofuRCEnv(rc)) // what the image's ENV sets
+	}
 	return kubelet.Start(ctx, kubelet.Config{
+		Env:      env,
 		Client:   cs,
 		NodeName: RunnerNodeName,
 		Labels:   map[string]string{runnerNodeLabel: "true"},
@@ -99,6 +105,12 @@ func startRunnerNode(ctx context.Context, l Layout, cp *controlplane.ControlPlan
 			fmt.Fprintf(logf, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
 		},
 	})
+}
+
+// tofuRCEnv is the runner's variable that gives tofu the CLI configuration rc (the image
+// sets it to its own).
+func tofuRCEnv(rc string) string {
+	return tfrunner.TofuEnvPrefix + "TF_CLI_CONFIG_FILE=" + rc
 }
 
 // jobExecutorEnv is the controller's environment for the job executor.

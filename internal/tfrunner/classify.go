@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
@@ -127,6 +128,41 @@ var invalidModulePrefixes = []string{
 type Rules interface {
 	// Classify returns the class of d, and false when the rules do not recognise it.
 	Classify(d Diagnostic) (ErrorClass, bool)
+}
+
+// RetryTimer (optional, of a family's Rules) says when a failed run of the family can be
+// retried at the earliest: when its cloud API's rate limit resets, learnt with one cheap
+// request made with the run's environment (the class's credentials). The runner asks it
+// about runs that failed with a retryable class; false: no earlier bound than the
+// controller's backoff.
+type RetryTimer interface {
+	RetryAfter(ctx context.Context, errs []Diagnostic, env map[string]string) (time.Time, bool)
+}
+
+// retryTimerTimeout bounds the request a RetryTimer makes.
+const retryTimerTimeout = 10 * time.Second
+
+// retryAfter asks the family's rules, when they are a RetryTimer, when a run that failed
+// with a retryable failure can be retried; the run's context may have ended.
+func retryAfter(ctx context.Context, rules Rules, failure *RunError, diags []Diagnostic, env map[string]string) *time.Time {
+	timer, ok := rules.(RetryTimer)
+	if !ok || failure == nil || !failure.Class.Retryable() {
+		return nil
+	}
+	var errs []Diagnostic
+	for _, d := range diags {
+		if d.Severity == "error" {
+			errs = append(errs, d)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryTimerTimeout)
+	defer cancel()
+	at, ok := timer.RetryAfter(ctx, errs, env)
+	if !ok {
+		return nil
+	}
+	at = at.UTC()
+	return &at
 }
 
 // RuleSet holds the error rules of each family by name.

@@ -587,7 +587,7 @@ func TerminationMessage(res Result) ([]byte, error) {
 		return data, err
 	}
 	if res.Error != nil {
-		res.Error = &RunError{Class: res.Error.Class, Message: v1alpha1.ShortenTo(res.Error.Message, 100)}
+		res.Error = &RunError{Class: res.Error.Class, Message: v1alpha1.ShortenTo(res.Error.Message, 100), RetryAfter: res.Error.RetryAfter}
 	}
 	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
 		return data, err

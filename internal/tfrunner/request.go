@@ -99,6 +99,9 @@ type RunError struct {
 	Class ErrorClass `json:"class"`
 	// Message is one line of at most v1alpha1.MaxMessageLength bytes (v1alpha1.ShortMessage).
 	Message string `json:"message"`
+	// RetryAfter, when set, is the earliest time another run can succeed: the reset of the
+	// cloud API's rate limit that failed the run (RetryTimer).
+	RetryAfter *time.Time `json:"retryAfter,omitempty"`
 }
 
 func (e *RunError) Error() string {

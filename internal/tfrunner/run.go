@@ -63,6 +63,14 @@ func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result 
 	res.Error = Classify(out.diagnostics(), err, rules.For(req.Family))
 	if res.Error != nil {
 		res.Error.Message = out.redact(res.Error.Message)
+		// The family asks its API with the credentials tofu had: the runner's TofuEnvPrefix
+		// variables (a chart's runner.envFromSecrets), then the class's.
+		env := tofuEnvFromRunner()
+		maps.Copy(env, req.Env)
+		if at := retryAfter(ctx, rules.For(req.Family), res.Error, out.diagnostics(), env); at != nil {
+			res.Error.RetryAfter = at
+			out.note("info", "the cloud API's rate limit resets at "+at.Format(time.RFC3339)+": no retry before")
+		}
 		res.Succeeded = false
 		res.Outputs, res.ProviderID, res.NodeName, res.Addresses = nil, "", "", nil
 		out.note("error", fmt.Sprintf("%s of run %s failed: %s", req.Operation, req.Name, res.Error.Error()))

@@ -239,7 +239,7 @@ func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstC
 	class := simNodeClass(vars, c.boot)
 	if c.hetzner {
 		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "hcloud"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "hcloud", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 			StringData: map[string]string{"HCLOUD_TOKEN": hcloud.Token(), "HCLOUD_ENDPOINT": hcloud.Endpoint()},
 		}
 		if err := kube.Create(ctx, secret); err != nil {

@@ -39,6 +39,7 @@ import (
 
 var env struct {
 	executor string
+	bin      string // the development binary (controller, runners, simulated machines)
 	dir      string
 	root     string // repository root
 	kube     client.Client
@@ -61,6 +62,7 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 	// The development binary: the environment's controller, runners and simulated machines.
 	bin := filepath.Join(tmp, "fulfiller-dev")
+	env.bin = bin
 	build := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller-dev")
 	build.Dir, build.Stdout, build.Stderr = env.root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -245,6 +247,13 @@ func trackFulfillments(t *testing.T) *fulfillmentTracker {
 	}()
 	t.Cleanup(tr.stop)
 	return tr
+}
+
+// byName returns the last state seen of a Fulfillment.
+func (tr *fulfillmentTracker) byName(name string) *v1alpha1.Fulfillment {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.seen[name]
 }
 
 func (tr *fulfillmentTracker) byType(nodeType string) []*v1alpha1.Fulfillment {

@@ -67,7 +67,7 @@ func TestRobotPool(t *testing.T) {
 	}
 	const class, pool, deploy = "robot-e2e", "robot-e2e", "robot-e2e"
 	create(t, ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "robot-e2e"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "robot-e2e", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 		StringData: map[string]string{robot.EnvEndpoint: api.URL, robot.EnvUser: "#ws+e2e", robot.EnvPassword: "e2e robot password", robot.EnvSSHKey: string(keyPEM)},
 	})
 	warm := int32(2)

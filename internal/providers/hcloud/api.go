@@ -3,6 +3,7 @@ package hcloud
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -67,35 +68,57 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%s (%s, HTTP %d)", e.message, e.code, e.status)
 }
 
+// Error codes of the API (docs.hetzner.cloud "Errors") the family reads.
+const (
+	codeUnauthorized      = "unauthorized"
+	codeForbidden         = "forbidden"
+	codeNotFound          = "not_found"
+	codeRateLimitExceeded = "rate_limit_exceeded"
+)
+
+// isCode reports whether err is an error answer with code.
+func isCode(err error, code string) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.code == code
+}
+
 // call makes one request and returns the answer's body; an error answer is an *apiError.
 func (a *api) call(ctx context.Context, method, path string, query url.Values) ([]byte, error) {
+	body, _, err := a.do(ctx, method, path, query)
+	return body, err
+}
+
+// do makes one request and returns the answer's body and headers, the headers also with an
+// error answer (the rate limit's headers come with every answer); an error answer is an
+// *apiError.
+func (a *api) do(ctx context.Context, method, path string, query url.Values) ([]byte, http.Header, error) {
 	target := a.endpoint + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("User-Agent", "fulfiller")
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, resp.Header, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e schema.ErrorResponse
 		if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
-			return nil, &apiError{status: resp.StatusCode, code: "http_error", message: strings.TrimSpace(string(body))}
+			return nil, resp.Header, &apiError{status: resp.StatusCode, code: "http_error", message: strings.TrimSpace(string(body))}
 		}
-		return nil, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
+		return nil, resp.Header, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
 	}
-	return body, nil
+	return body, resp.Header, nil
 }
 
 // get reads one page of a list into out (a *schema.XListResponse embedding the meta) and
@@ -163,10 +186,21 @@ func (a *api) servers(ctx context.Context, selector string) ([]schema.Server, er
 	return out, nil
 }
 
+// firstServer reads the first page of one server matching selector (any server when empty):
+// the cheapest authenticated read. It returns the answer's headers, also with an error.
+func (a *api) firstServer(ctx context.Context, selector string) (http.Header, error) {
+	query := url.Values{"per_page": {"1"}}
+	if selector != "" {
+		query.Set("label_selector", selector)
+	}
+	_, header, err := a.do(ctx, http.MethodGet, "/servers", query)
+	return header, err
+}
+
 // server reads one server; false when it is gone.
 func (a *api) server(ctx context.Context, id int64) (schema.Server, bool, error) {
 	body, err := a.call(ctx, http.MethodGet, "/servers/"+strconv.FormatInt(id, 10), nil)
-	if e, ok := err.(*apiError); ok && e.code == "not_found" {
+	if isCode(err, codeNotFound) {
 		return schema.Server{}, false, nil
 	}
 	if err != nil {
@@ -182,7 +216,7 @@ func (a *api) server(ctx context.Context, id int64) (schema.Server, bool, error)
 // deleteServer deletes a server (the API answers with the delete action, which runs on).
 func (a *api) deleteServer(ctx context.Context, id int64) error {
 	_, err := a.call(ctx, http.MethodDelete, "/servers/"+strconv.FormatInt(id, 10), nil)
-	if e, ok := err.(*apiError); ok && e.code == "not_found" {
+	if isCode(err, codeNotFound) {
 		return nil
 	}
 	return err

@@ -136,6 +136,11 @@ func TestHcloudProviderDiagnostics(t *testing.T) {
 			if res.Error.Class != tc.class || !strings.Contains(res.Error.Message, tc.want) {
 				t.Errorf("error = %v, want class %s with %q", res.Error, tc.class, tc.want)
 			}
+			// Only a rate-limited run carries when to retry: the budget's reset, an hour away.
+			if limited := tc.fixture == "hcloud-rate-limit"; limited != (res.Error.RetryAfter != nil) ||
+				limited && res.Error.RetryAfter.Before(time.Now().Add(50*time.Minute)) {
+				t.Errorf("retry after %v (rate limited: %v)", res.Error.RetryAfter, limited)
+			}
 			var lines []string
 			for _, line := range strings.Split(log.String(), "\n") {
 				if d, ok := tfrunner.ParseDiagnostic([]byte(line)); ok && d.Severity == "error" {

@@ -735,9 +735,12 @@ func (p pathMap) rewrite(s string) string {
 // PIDFileName is the file in a pod's folder that holds its container's process (group) ID.
 const PIDFileName = "container.pid"
 
-// PodDir is the folder of a pod under a stand-in kubelet's Config.Dir.
+// PodDir is the folder of a pod under a stand-in kubelet's Config.Dir, named by the pod's
+// UID as a kubelet names it, cut short: its volumes are here, and a container's /tmp holds
+// unix sockets (tofu's providers listen on one in TMPDIR) whose paths may not exceed 107
+// bytes, which a real container's /tmp/... never comes near.
 func PodDir(kubeletDir string, pod *corev1.Pod) string {
-	return filepath.Join(kubeletDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+	return filepath.Join(kubeletDir, string(pod.UID)[:min(len(pod.UID), 13)])
 }
 
 // KillContainer kills a pod's running container at once (SIGKILL to its process group), as a

@@ -406,7 +406,7 @@ func (e *Executor) end(r *run) {
 }
 
 func (e *Executor) endWith(r *run, re *tfrunner.RunError) {
-	r.result = &tfrunner.Result{Operation: r.req.Operation, Error: &tfrunner.RunError{Class: re.Class, Message: re.Message},
+	r.result = &tfrunner.Result{Operation: r.req.Operation, Error: &tfrunner.RunError{Class: re.Class, Message: re.Message, RetryAfter: re.RetryAfter},
 		Started: r.started, Finished: e.clock.Now()}
 	r.hasReq = false
 }

@@ -1,0 +1,50 @@
+package hcloud
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// TestRetryAfter: a run that the rate limit failed can be retried when the API's
+// RateLimit-Reset says, learnt with one read; other failures have no such bound and cost no
+// request.
+func TestRetryAfter(t *testing.T) {
+	limited := tfrunner.Diagnostic{Severity: "error", Summary: "limit of 3600 requests per hour reached (rate_limit_exceeded, 0123456789abcdef)"}
+	locked := tfrunner.Diagnostic{Severity: "error", Summary: "server is locked (locked, 0123456789abcdef)"}
+	for _, tc := range []struct {
+		name     string
+		diag     tfrunner.Diagnostic
+		noToken  bool
+		want     time.Duration // from now to the reset; 0: no bound
+		requests int
+	}{
+		{name: "rate limited", diag: limited, want: time.Hour, requests: 1},
+		{name: "locked", diag: locked},
+		{name: "rate limited without a token", diag: limited, noToken: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := standin.StartT(t, standin.Options{})
+			s.SetRateLimit(3600, time.Hour, 0) // the budget is spent: full again in an hour
+			env := map[string]string{EnvToken: s.Token(), EnvEndpoint: s.Endpoint()}
+			if tc.noToken {
+				delete(env, EnvToken)
+			}
+			before := time.Now()
+			at, ok := Rules{}.RetryAfter(context.Background(), []tfrunner.Diagnostic{tc.diag}, env)
+			if ok != (tc.want > 0) {
+				t.Fatalf("RetryAfter() = %s, %v; want a bound: %v", at, ok, tc.want > 0)
+			}
+			// The header has whole seconds, rounded up.
+			if ok && (at.Before(before.Add(tc.want-time.Second)) || at.After(time.Now().Add(tc.want+time.Second))) {
+				t.Errorf("RetryAfter() = %s, want %s after %s", at, tc.want, before)
+			}
+			if got := s.Requests(); len(got) != tc.requests {
+				t.Errorf("requests = %v, want %d", got, tc.requests)
+			}
+		})
+	}
+}

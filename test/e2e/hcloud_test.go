@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+)
+
+// startHcloud starts a Hetzner Cloud API stand-in in the test process whose servers boot
+// simulated machines (the environment's binary), which join the environment's cluster. The
+// runner pods on the stand-in kubelet reach it on loopback.
+func startHcloud(t *testing.T) *standin.StandIn {
+	t.Helper()
+	log := &testenv.SyncBuffer{}
+	api := standin.StartT(t, standin.Options{
+		CreateDuration: 500 * time.Millisecond, ActionDuration: 200 * time.Millisecond, Log: log,
+		Machines: &standin.SimMachines{Dir: t.TempDir(), Binary: []string{env.bin, "sim"}, StopGrace: 5 * time.Second},
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("hcloud stand-in log:\n%s", log.String())
+		}
+	})
+	return api
+}
+
+// hcloudClass is a class of modules/hetzner-cloud as examples/hetzner-cloud has it, without
+// the network, firewall and placement group, with its credentials from the Secret secret.
+func hcloudClass(name, secret string, types ...v1alpha1.NodeType) *v1alpha1.TofuNodeClass {
+	return &v1alpha1.TofuNodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TofuNodeClassSpec{
+			Family:      v1alpha1.FamilyHcloud,
+			Module:      v1alpha1.ModuleSource{Source: filepath.Join(env.vars["MODULES"], "hetzner-cloud"), Version: "e2e"},
+			Credentials: []v1alpha1.CredentialsSource{{SecretName: secret}},
+			Bootstrap:   v1alpha1.BootstrapSpec{APIServerEndpoint: env.vars["API_SERVER"], TokenTTL: metav1.Duration{Duration: 15 * time.Minute}},
+			Variables:   map[string]string{"cluster": "e2e", "image": "ubuntu-24.04"},
+			NodeTypes:   types,
+		},
+	}
+}
+
+// hcloudType is a Hetzner Cloud server type of 2 cores and 4 GB (cx23's size) with offerings
+// zone=price.
+func hcloudType(name string, offerings ...string) v1alpha1.NodeType {
+	nt := v1alpha1.NodeType{
+		Name:     name,
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("3800Mi")},
+		Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("300Mi")},
+	}
+	for _, o := range offerings {
+		zone, price, _ := strings.Cut(o, "=")
+		nt.Offerings = append(nt.Offerings, v1alpha1.Offering{Zone: zone, Price: price})
+	}
+	return nt
+}
+
+func hcloudSecret(name string, data map[string]string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: name, Labels: map[string]string{v1alpha1.LabelCredentials: "true"}}, StringData: data}
+}
+
+// classCondition waits until the class's condition has status and reason, and returns it.
+func classCondition(t *testing.T, ctx context.Context, class, condition string, want metav1.ConditionStatus, reason string) *status.Condition {
+	t.Helper()
+	var got *status.Condition
+	eventually(t, ctx, 2*time.Minute, fmt.Sprintf("class %s: %s=%s %s", class, condition, want, reason), func(ctx context.Context) (bool, error) {
+		nc := &v1alpha1.TofuNodeClass{}
+		if err := env.kube.Get(ctx, client.ObjectKey{Name: class}, nc); err != nil {
+			return false, err
+		}
+		got = nc.StatusConditions().Get(condition)
+		return got != nil && got.Status == want && got.Reason == reason, nil
+	})
+	return got
+}
+
+// eventFor waits for an event of reason about the named object of kind.
+func eventFor(t *testing.T, ctx context.Context, kind, name, reason string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	eventually(t, ctx, time.Minute, fmt.Sprintf("a %s event of %s %s", reason, kind, name), func(ctx context.Context) (bool, error) {
+		list := &corev1.EventList{}
+		if err := env.kube.List(ctx, list); err != nil {
+			return false, err
+		}
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.Kind == kind && ev.InvolvedObject.Name == name && ev.Reason == reason {
+				found = ev
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+// TestHcloud: the Hetzner Cloud family end to end on the real module and provider, against
+// the API stand-in. A class whose token is missing or refused buys nothing and says why; a
+// class whose module has no provider_id output says so. With a good token, a pending pod
+// gets a node after Karpenter re-plans past an unknown server type, a wrong location and a
+// sold-out offering, each a precise condition and event on its claim and no server; the
+// server carries the claim's labels and a JoinConfiguration as its user data, the node
+// registers as hcloud://<server id> and Karpenter links it to its claim; the run log is
+// readable with kubectl logs; scale to zero deletes the server and its state.
+func TestHcloud(t *testing.T) {
+	ctx := ctxFor(t, 15*time.Minute)
+	api := startHcloud(t)
+	const class, pool, app = "e2e-hcloud", "e2e-hcloud", "hcloud"
+	cleanupHcloud := func() { cleanup(t, app, pool, class) }
+
+	// A module output without provider_id: the class is not Ready, no run is made.
+	broken := t.TempDir()
+	for _, f := range []string{"main.tf", "variables.tf", "versions.tf"} {
+		data, err := os.ReadFile(filepath.Join(env.vars["MODULES"], "hetzner-cloud", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(broken, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noOutput := hcloudClass("e2e-hcloud-no-output", "e2e-hcloud", hcloudType("cx23", "fsn1=0.0056"))
+	noOutput.Spec.Module.Source = broken
+	create(t, ctx, noOutput)
+	c := classCondition(t, ctx, noOutput.Name, v1alpha1.ConditionModuleValid, metav1.ConditionFalse, v1alpha1.ReasonInvalidModule)
+	if !strings.Contains(c.Message, "provider_id") {
+		t.Errorf("ModuleValid message %q does not name provider_id", c.Message)
+	}
+	eventFor(t, ctx, "TofuNodeClass", noOutput.Name, v1alpha1.ReasonInvalidModule)
+	if err := env.kube.Delete(ctx, noOutput); err != nil {
+		t.Fatal(err)
+	}
+
+	// No token in the credentials, then one the API refuses: the class is not Ready and
+	// nothing is bought while pods wait.
+	secret := hcloudSecret("e2e-hcloud", map[string]string{"HCLOUD_ENDPOINT": api.Endpoint()})
+	create(t, ctx, secret,
+		hcloudClass(class, secret.Name,
+			hcloudType("cx99", "fsn1=0.0010"),  // no such server type: the provider refuses it
+			hcloudType("cx43", "mars1=0.0020"), // no such location: the API refuses it
+			hcloudType("cx23", "fsn1=0.0056", "nbg1=0.0060"),
+			hcloudType("cx33", "fsn1=0.0088")),
+		nodePool(pool, class))
+	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), secret) })
+	c = classCondition(t, ctx, class, v1alpha1.ConditionCredentialsReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidCredentials)
+	if want := "no HCLOUD_TOKEN (the Hetzner Cloud API token) in the class's credentials (secret e2e-hcloud)"; c.Message != want {
+		t.Errorf("CredentialsReady message %q, want %q", c.Message, want)
+	}
+	eventFor(t, ctx, "TofuNodeClass", class, v1alpha1.ReasonInvalidCredentials)
+	wrong := strings.Repeat("x", len(api.Token()))
+	secret.StringData = map[string]string{"HCLOUD_ENDPOINT": api.Endpoint(), "HCLOUD_TOKEN": wrong}
+	if err := env.kube.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	create(t, ctx, deployment(app, pool, 1, "500m"))
+	eventually(t, ctx, time.Minute, "the class to report the refused token", func(ctx context.Context) (bool, error) {
+		nc := &v1alpha1.TofuNodeClass{}
+		if err := env.kube.Get(ctx, client.ObjectKey{Name: class}, nc); err != nil {
+			return false, err
+		}
+		c = nc.StatusConditions().Get(status.ConditionReady)
+		return c != nil && c.IsFalse() && strings.Contains(c.Message, "refused"), nil
+	})
+	if want := "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized)"; c.Reason != v1alpha1.ReasonInvalidCredentials || c.Message != want {
+		t.Errorf("Ready = %s %q, want %s %q", c.Reason, c.Message, v1alpha1.ReasonInvalidCredentials, want)
+	}
+	// Karpenter batches pending pods for up to 10s; give it that and more.
+	time.Sleep(15 * time.Second)
+	if ffs := fulfillments(t, ctx); len(ffs) != 0 {
+		t.Fatalf("%d machines were bought for a class whose token the API refuses", len(ffs))
+	}
+	for _, r := range api.Requests() {
+		if r.Method != "GET" || r.Status != 401 && r.Status != 200 {
+			t.Errorf("before the token was good the API saw %s", r)
+		}
+	}
+
+	// A good token, and the cheapest offering that exists sold out.
+	api.SetStockout("cx23", "fsn1", true)
+	tr := trackFulfillments(t)
+	secret.StringData = map[string]string{"HCLOUD_ENDPOINT": api.Endpoint(), "HCLOUD_TOKEN": api.Token()}
+	if err := env.kube.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, 8*time.Minute, "the pod to be bound", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": app}, 1)
+	})
+	// Each refused offering was tried once, failed with a precise reason and event, and left
+	// no server.
+	for _, tc := range []struct{ nodeType, zone, reason, message string }{
+		{"cx99", "fsn1", "InvalidModule", "server type cx99 not found"},
+		{"cx43", "mars1", "InvalidModule", "invalid input in field 'location'"},
+		{"cx23", "fsn1", "InsufficientCapacity", "(resource_unavailable"},
+	} {
+		var tried []*v1alpha1.Fulfillment
+		for _, f := range tr.byType(tc.nodeType) {
+			if f.Spec.Zone == tc.zone {
+				tried = append(tried, f)
+			}
+		}
+		if len(tried) != 1 {
+			t.Errorf("%d claims tried %s in %s, want 1", len(tried), tc.nodeType, tc.zone)
+			continue
+		}
+		eventually(t, ctx, 2*time.Minute, "the failed claim "+tried[0].Name+" to be gone", func(ctx context.Context) (bool, error) {
+			err := env.kube.Get(ctx, client.ObjectKeyFromObject(tried[0]), &v1alpha1.Fulfillment{})
+			return err != nil, client.IgnoreNotFound(err)
+		})
+		f := tr.byName(tried[0].Name)
+		applied := f.StatusConditions().Get(v1alpha1.ConditionApplied)
+		if applied == nil || !applied.IsFalse() || applied.Reason != tc.reason || !strings.Contains(applied.Message, tc.message) {
+			t.Errorf("%s in %s: Applied = %+v, want False %s with %q", tc.nodeType, tc.zone, applied, tc.reason, tc.message)
+		}
+		eventFor(t, ctx, "Fulfillment", f.Name, tc.reason)
+	}
+	servers := api.Servers()
+	if len(servers) != 1 {
+		t.Fatalf("%d servers, want 1: %+v", len(servers), servers)
+	}
+	srv := servers[0]
+	ffs := fulfillments(t, ctx)
+	if len(ffs) != 1 {
+		t.Fatalf("%d fulfillments, want 1", len(ffs))
+	}
+	f := &ffs[0]
+	if f.Spec.NodeType != "cx23" || f.Spec.Zone != "nbg1" || srv.ServerType != "cx23" || srv.Location != "nbg1" {
+		t.Errorf("claim %s/%s, server %s/%s; want cx23 in nbg1, the next cheapest offering", f.Spec.NodeType, f.Spec.Zone, srv.ServerType, srv.Location)
+	}
+	// The server as the API received it: the claim's labels and a JoinConfiguration.
+	for k, v := range map[string]string{"fulfiller.sh/cluster": "e2e", "fulfiller.sh/node": f.Name, "fulfiller.sh/node-type": "cx23", "karpenter.sh/nodepool": pool} {
+		if srv.Labels[k] != v {
+			t.Errorf("server label %s = %q, want %q (labels %v)", k, srv.Labels[k], v, srv.Labels)
+		}
+	}
+	jc, err := bootstrap.ParseUserData(srv.UserData)
+	if err != nil {
+		t.Fatalf("the server's user data is no JoinConfiguration: %v", err)
+	}
+	token := tokenOf(t, ctx, f)
+	if jc.Discovery.BootstrapToken == nil || jc.Discovery.BootstrapToken.Token != token {
+		t.Error("the server's user data does not carry the claim's bootstrap token")
+	}
+	// The node registered as hcloud://<server id>, and Karpenter linked it to the claim.
+	eventually(t, ctx, 2*time.Minute, "the fulfillment to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.FulfillmentsReady(ctx, env.kube)
+	})
+	want := fmt.Sprintf("hcloud://%d", srv.ID)
+	claim := &karpv1.NodeClaim{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: f.Name}, claim); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: claim.Status.NodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.ProviderID != want || claim.Status.ProviderID != want {
+		t.Errorf("node %s providerID %q, claim %q; want %s", node.Name, node.Spec.ProviderID, claim.Status.ProviderID, want)
+	}
+	for _, cond := range []string{karpv1.ConditionTypeLaunched, karpv1.ConditionTypeRegistered, karpv1.ConditionTypeInitialized} {
+		if !claim.StatusConditions().IsTrue(cond) {
+			t.Errorf("nodeclaim %s: %s is not True", claim.Name, cond)
+		}
+	}
+	// The run log, as kubectl logs shows it, and no token anywhere but the user data.
+	ready := &v1alpha1.Fulfillment{}
+	if err := env.kube.Get(ctx, client.ObjectKeyFromObject(f), ready); err != nil {
+		t.Fatal(err)
+	}
+	runLog := runLog(t, ready.Status.Runs[len(ready.Status.Runs)-1])
+	if !strings.Contains(runLog, `"type":"apply_complete"`) || !strings.Contains(runLog, "hcloud_server.node") {
+		t.Errorf("the run log shows no completed apply of hcloud_server.node:\n%s", runLog)
+	}
+	secretHalf := strings.SplitN(token, ".", 2)[1]
+	if strings.Contains(runLog, secretHalf) || strings.Contains(runLog, api.Token()) {
+		t.Error("the run log holds the bootstrap token or the API token")
+	}
+	assertTokenNowhere(t, ctx, ready, secretHalf)
+	assertTokenNowhere(t, ctx, ready, api.Token())
+
+	// Scale to zero: the server and the state are deleted.
+	deploy := &appsv1.Deployment{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: app}, deploy); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(deploy.DeepCopy())
+	deploy.Spec.Replicas = new(int32)
+	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, 4*time.Minute, "consolidation to destroy the node and remove its state", func(ctx context.Context) (bool, error) {
+		ok, _, err := devenv.Drained(ctx, env.kube)
+		return ok, err
+	})
+	if servers := api.Servers(); len(servers) != 0 {
+		t.Errorf("servers left after scale to zero: %+v", servers)
+	}
+	cleanupHcloud()
+}
