@@ -121,7 +121,7 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("requeue %s, want %s", res.RequeueAfter, admissionRecheck)
 			}
 			c := e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForRunner)
-			if c.Message != "1 of 1 tofu runs in progress: waiting for a runner" {
+			if c.Message != "1 of 1 tofu runs in progress (FULFILLER_MAX_CONCURRENT_RUNS): waiting for a runner" {
 				t.Errorf("message %q", c.Message)
 			}
 			e.expectRuns(name)
@@ -146,7 +146,7 @@ func TestReconcile(t *testing.T) {
 			}
 			e.reconcile(name)
 			c := e.expectCondition(name, v1alpha1.ConditionDestroyed, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForRunner)
-			if c.Message != "1 of 1 tofu runs in progress: waiting for a runner" {
+			if c.Message != "1 of 1 tofu runs in progress (FULFILLER_MAX_CONCURRENT_RUNS): waiting for a runner" {
 				t.Errorf("message %q", c.Message)
 			}
 			if f := e.fulfillment(name); f.Status.Phase != v1alpha1.PhaseDestroying || f.Status.Reason != v1alpha1.ReasonWaitingForRunner {

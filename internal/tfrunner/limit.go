@@ -468,7 +468,7 @@ func (a *APIBudgets) Admit(_ context.Context, req Request, _ Load) error {
 		}
 		wait := time.Duration((d.need() - b.left) / d.rate() * float64(time.Second)).Round(time.Second)
 		return &AdmissionError{Reason: v1alpha1.ReasonWaitingForAPIBudget, RetryAfter: wait,
-			Message: fmt.Sprintf("%s allows %d API requests per %s, %d are left for runs and a %s run makes about %d: enough again in %s",
+			Message: fmt.Sprintf("%s allows %d API requests per %s; %d are left for runs, and one %s makes about %d: enough again in %s",
 				d.Budget, d.Limit, per(d.Per), int(b.left), req.Operation, d.Requests, wait)}
 	}
 	return nil
