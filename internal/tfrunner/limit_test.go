@@ -229,7 +229,11 @@ func TestRunnerSlots(t *testing.T) {
 			pod("fulfiller", "sim-a-apply-1-x", "a", "100m", "256Mi", runnerLabels),
 			pod("other", "lookalike", "b", "1", "0", runnerLabels), // not in the runners' namespace
 			pod("kube-system", "pending", "", "2", "4Gi", nil),
-			func() *corev1.Pod { p := pod("default", "done", "b", "2", "4Gi", nil); p.Status.Phase = corev1.PodSucceeded; return p }(),
+			func() *corev1.Pod {
+				p := pod("default", "done", "b", "2", "4Gi", nil)
+				p.Status.Phase = corev1.PodSucceeded
+				return p
+			}(),
 		}, nil, RunnerCapacity{Slots: 12 + 10, Nodes: 2}},
 		{"a full node holds none", []*corev1.Node{node("a", "1", "4Gi")}, []*corev1.Pod{pod("default", "big", "a", "1", "0", nil)}, nil, RunnerCapacity{Slots: 0, Nodes: 1}},
 		{"pods allocatable bounds", []*corev1.Node{node("a", "8", "16Gi", func(n *corev1.Node) { n.Status.Allocatable[corev1.ResourcePods] = resource.MustParse("3") })},
@@ -287,7 +291,9 @@ func TestClusterRunnersFollowTheNodes(t *testing.T) {
 	if err := c.Admit(ctx, Request{}, Load{Runs: 2}); err != nil {
 		t.Errorf("after a node joined: %v", err)
 	}
-	c.Observe = func(context.Context) ([]*corev1.Node, []*corev1.Pod, error) { return nil, nil, errors.New("cache not synced") }
+	c.Observe = func(context.Context) ([]*corev1.Node, []*corev1.Pod, error) {
+		return nil, nil, errors.New("cache not synced")
+	}
 	if err := c.Admit(ctx, Request{}, Load{}); err == nil || errors.Is(err, ErrBusy) {
 		t.Errorf("unobservable cluster: %v", err)
 	}
