@@ -40,7 +40,7 @@ func Run(families family.Registry) {
 	executor, tofu, runEnv := newExecutor(ctx, op, opts, families)
 	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
 
-	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable)
+	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithAPIReader(op.Manager.GetAPIReader())
 	cloudProvider := metrics.Decorate(provider)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
