@@ -228,8 +228,8 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 // again at once instead of after its backoff, and Create returns it.
 func (c *FulfillmentController) announceProviderID(ctx context.Context, s *claimState) error {
 	id := s.f.Status.ProviderID
-	if s.claim == nil || !s.claim.DeletionTimestamp.IsZero() || s.claim.Status.ProviderID != "" || id == "" ||
-		s.f.Spec.ProviderID != "" || s.claim.Annotations[AnnotationProviderID] == id {
+	if s.claim == nil || string(s.claim.UID) != s.f.Spec.NodeClaimUID || !s.claim.DeletionTimestamp.IsZero() || !s.f.DeletionTimestamp.IsZero() ||
+		s.claim.Status.ProviderID != "" || id == "" || s.f.Spec.ProviderID != "" || s.claim.Annotations[AnnotationProviderID] == id {
 		return nil
 	}
 	patched := s.claim.DeepCopy()
