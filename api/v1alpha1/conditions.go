@@ -30,9 +30,14 @@ const (
 	ReasonApplying = "Applying"
 	// ReasonDestroying: a tofu destroy runs.
 	ReasonDestroying = "Destroying"
-	// ReasonWaitingForRunner: the run waits for a free runner slot
-	// (FULFILLER_MAX_CONCURRENT_RUNS runs are in progress).
+	// ReasonWaitingForRunner: the run waits for a free runner slot: as many runs are in
+	// progress as the machine (local executor) or the cluster's nodes (runner Jobs) hold, or
+	// as FULFILLER_MAX_CONCURRENT_RUNS allows; the message has the numbers.
 	ReasonWaitingForRunner = "WaitingForRunner"
+	// ReasonWaitingForAPIBudget: the run waits until the API request budget its family's
+	// cloud enforces (e.g. a Hetzner Cloud project's requests per hour) holds what a run is
+	// estimated to make; the message has the numbers and when.
+	ReasonWaitingForAPIBudget = "WaitingForAPIBudget"
 	// ReasonStateLocked: the run waits for its claim's state lock; the message says who holds
 	// it since when.
 	ReasonStateLocked = "StateLocked"

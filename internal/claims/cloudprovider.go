@@ -47,9 +47,9 @@ type CloudProvider struct {
 	// stateNamespace holds the states of classes that name no namespace (recorded in each
 	// claim's settings).
 	stateNamespace string
-	// providerIDWait bounds how long Create waits for a module's provider_id output when a
-	// node type's provider ID cannot be predicted.
-	providerIDWait time.Duration
+	// reader reads a Fulfillment past the cache (default kube), when the claim says its
+	// provider ID is known and the cache may not have it yet.
+	reader client.Reader
 
 	// pools lease machines of the classes whose family is a finite pool (WithPools).
 	pools *pools
@@ -69,7 +69,14 @@ type cachedTypes struct {
 var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
 
 func NewCloudProvider(kube client.Client, clk clock.Clock, unavailable *UnavailableOfferings) *CloudProvider {
-	return &CloudProvider{kube: kube, clock: clk, unavailable: unavailable, providerIDWait: 20 * time.Second, cache: map[types.UID]cachedTypes{}}
+	return &CloudProvider{kube: kube, reader: kube, clock: clk, unavailable: unavailable, cache: map[types.UID]cachedTypes{}}
+}
+
+// WithAPIReader makes Create read a Fulfillment whose provider ID the claim announces
+// (AnnotationProviderID) from the API server, not from kube's cache.
+func (c *CloudProvider) WithAPIReader(r client.Reader) *CloudProvider {
+	c.reader = r
+	return c
 }
 
 // WithStateNamespace sets the namespace of the states of classes that name none
@@ -120,14 +127,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		return nil, cloudprovider.NewCreateError(fmt.Errorf("node type %s is gone from nodeclass %s", f.Spec.NodeType, nc.Name),
 			v1alpha1.ReasonNodeTypeNotFound, "the chosen node type is no longer in the nodeclass")
 	}
-	providerID, outcome := f.Spec.ProviderID, createTemplate
-	if providerID == "" {
-		providerID, err = c.awaitProviderID(ctx, f)
-		outcome = createAwaited
-		if err != nil {
-			outcome = createTimeout
-		}
-	}
+	providerID, outcome, err := c.providerID(ctx, claim, f)
 	createDuration.WithLabelValues(outcome).Observe(c.clock.Since(start).Seconds())
 	if err != nil {
 		return nil, err
@@ -151,6 +151,32 @@ func readyForNewClaims(nc *v1alpha1.TofuNodeClass) error {
 	default:
 		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %s is not ready: %s", nc.Name, ready.Message))
 	}
+}
+
+// providerID is the claim's provider ID: predicted (spec) or reported by the apply (status),
+// and which of them (createDuration's label). Create does not wait for an apply: while the
+// provider ID is unknown it returns a CreateError at once (Launched stays Unknown, reason
+// AwaitingProviderID; Karpenter retries with its backoff), and once the apply reports it the
+// Fulfillment controller announces it on the claim (AnnotationProviderID), whose update
+// makes Karpenter call Create again at once.
+func (c *CloudProvider) providerID(ctx context.Context, claim *karpv1.NodeClaim, f *v1alpha1.Fulfillment) (string, string, error) {
+	if f.Spec.ProviderID != "" {
+		return f.Spec.ProviderID, createTemplate, nil
+	}
+	if f.Status.ProviderID != "" {
+		return f.Status.ProviderID, createReported, nil
+	}
+	if claim.Annotations[AnnotationProviderID] != "" {
+		fresh := &v1alpha1.Fulfillment{}
+		if err := c.reader.Get(ctx, client.ObjectKeyFromObject(f), fresh); err != nil {
+			return "", createAwaiting, fmt.Errorf("reading fulfillment: %w", err)
+		}
+		if fresh.Spec.NodeClaimUID == string(claim.UID) && fresh.Status.ProviderID != "" {
+			return fresh.Status.ProviderID, createReported, nil
+		}
+	}
+	return "", createAwaiting, cloudprovider.NewCreateError(errors.New("waiting for the module's provider_id output"),
+		v1alpha1.ReasonAwaitingProviderID, "the apply has not reported the machine's provider ID yet; the claim launches once it has")
 }
 
 // decide chooses the offering and records the Fulfillment.
@@ -210,30 +236,6 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 		return nil, fmt.Errorf("creating fulfillment: %w", err)
 	}
 	return f, nil
-}
-
-// awaitProviderID waits, bounded, for the apply to report the machine's provider ID. Every
-// claim of a burst is applied in parallel meanwhile.
-func (c *CloudProvider) awaitProviderID(ctx context.Context, f *v1alpha1.Fulfillment) (string, error) {
-	deadline := c.clock.Now().Add(c.providerIDWait)
-	for {
-		got := &v1alpha1.Fulfillment{}
-		if err := c.kube.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
-			return "", fmt.Errorf("reading fulfillment: %w", err)
-		}
-		if got.Status.ProviderID != "" {
-			return got.Status.ProviderID, nil
-		}
-		if c.clock.Now().After(deadline) {
-			return "", cloudprovider.NewCreateError(errors.New("waiting for the module's provider_id output"),
-				v1alpha1.ReasonAwaitingProviderID, "the apply has not reported the machine's provider ID yet")
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-c.clock.After(500 * time.Millisecond):
-		}
-	}
 }
 
 // hydrate is the claim as Create returns it: provider ID, labels of the chosen offering,

@@ -16,7 +16,15 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
 )
+
+// claim reads the NodeClaim name.
+func (e *env) claim(name string) *karpv1.NodeClaim {
+	e.t.Helper()
+	return test.ExpectExists(e.t, e.kube, &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
 
 // expectCreateError checks that err is a CreateError with the condition reason.
 func expectCreateError(t *testing.T, err error, reason string) {
@@ -135,58 +143,48 @@ func TestCreate(t *testing.T) {
 			_, err := e.provider.Create(e.ctx, claim)
 			expectCreateError(t, err, v1alpha1.ReasonNodeTypeNotFound)
 		}},
-		{"without a template, the module's provider ID is awaited, bounded", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+		{"without a template, Create does not wait for the apply; the claim is told its provider ID, and Create returns it", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			nc := test.NodeClass("sim", func(nc *v1alpha1.TofuNodeClass) { nc.Spec.NodeTypes[0].ProviderIDTemplate = "" })
 			test.Ready(nc)
 			test.ExpectApplied(t, e.kube, nc, claim)
-			type created struct {
-				claim *karpv1.NodeClaim
-				err   error
-			}
-			done := make(chan created, 1)
-			awaited, timedOut := createCount(t, createAwaited), createCount(t, createTimeout)
+			e.exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Polls: 1, ProviderID: "hcloud://4711"})
+			awaiting, reported := createCount(t, createAwaiting), createCount(t, createReported)
 			defer func() {
-				// Each Create is measured by how it learnt the provider ID.
-				if a, to := createCount(t, createAwaited)-awaited, createCount(t, createTimeout)-timedOut; a != 1 || to != 1 {
-					t.Errorf("create_duration_seconds counted %d awaited and %d timed-out creates, want 1 each", a, to)
+				// Each Create is measured by how it answered.
+				if a, r := createCount(t, createAwaiting)-awaiting, createCount(t, createReported)-reported; a != 2 || r != 1 {
+					t.Errorf("create_duration_seconds counted %d awaiting and %d reported creates, want 2 and 1", a, r)
 				}
 			}()
-			go func() {
-				c, err := e.provider.Create(e.ctx, claim)
-				done <- created{c, err}
-			}()
-			// The apply reports the provider ID while Create waits.
-			waitForWaiters(t, e)
-			f := e.fulfillment(claim.Name)
-			f.Status.ProviderID = "hcloud://4711"
-			test.ExpectApplied(t, e.kube, f)
-			e.clock.Step(time.Second)
-			if got := <-done; got.err != nil || got.claim.Status.ProviderID != "hcloud://4711" {
-				t.Errorf("create: %+v, %v", got.claim, got.err)
+			before := e.clock.Now()
+			_, err := e.provider.Create(e.ctx, claim)
+			expectCreateError(t, err, v1alpha1.ReasonAwaitingProviderID)
+			if e.clock.Since(before) != 0 {
+				t.Errorf("create waited %s by the clock", e.clock.Since(before))
 			}
-
-			other := test.NodeClaim("sim-slow", "sim", e.clock.Now())
-			test.ExpectApplied(t, e.kube, other)
-			go func() {
-				c, err := e.provider.Create(e.ctx, other)
-				done <- created{c, err}
-			}()
-			started, bound := e.clock.Now(), time.After(30*time.Second)
-			for {
-				select {
-				case got := <-done:
-					expectCreateError(t, got.err, v1alpha1.ReasonAwaitingProviderID)
-					if waited := e.clock.Since(started); waited < e.provider.providerIDWait || waited > e.provider.providerIDWait+time.Second {
-						t.Errorf("create gave up after %s, its bound is %s", waited, e.provider.providerIDWait)
-					}
-					return
-				case <-bound:
-					t.Fatal("create waited past its bound")
-				case <-time.After(time.Millisecond):
-					if e.clock.HasWaiters() {
-						e.clock.Step(500 * time.Millisecond)
-					}
-				}
+			e.reconcile(claim.Name) // starts the apply
+			if got := e.claim(claim.Name); got.Annotations[AnnotationProviderID] != "" {
+				t.Errorf("announced before the apply reported: %v", got.Annotations)
+			}
+			_, err = e.provider.Create(e.ctx, e.claim(claim.Name))
+			expectCreateError(t, err, v1alpha1.ReasonAwaitingProviderID)
+			e.reconcile(claim.Name)
+			e.reconcile(claim.Name) // the apply has ended
+			announced := e.claim(claim.Name)
+			if announced.Annotations[AnnotationProviderID] != "hcloud://4711" {
+				t.Fatalf("claim annotations %v, want the provider ID announced", announced.Annotations)
+			}
+			got, err := e.provider.Create(e.ctx, announced)
+			if err != nil || got.Status.ProviderID != "hcloud://4711" {
+				t.Fatalf("create after the apply: %+v, %v", got, err)
+			}
+			// Once Karpenter has the provider ID, the claim is not touched again.
+			launched := announced.DeepCopy()
+			launched.Status.ProviderID = "hcloud://4711"
+			delete(launched.Annotations, AnnotationProviderID)
+			test.ExpectApplied(t, e.kube, launched)
+			e.reconcile(claim.Name)
+			if a := e.claim(claim.Name).Annotations[AnnotationProviderID]; a != "" {
+				t.Errorf("announced again to a launched claim: %q", a)
 			}
 		}},
 	} {
@@ -194,18 +192,6 @@ func TestCreate(t *testing.T) {
 			e := newEnv(t)
 			tc.run(t, e, test.NodeClaim("sim-x7k2q", "sim", e.clock.Now()))
 		})
-	}
-}
-
-// waitForWaiters waits until something waits on the fake clock.
-func waitForWaiters(t *testing.T, e *env) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !e.clock.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing waits on the clock")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -186,7 +186,7 @@ output "provider_id" { value = "hcloud://1" }
 		reads   int
 	}{
 		{name: "good token", ready: true, reads: 1},
-		{name: "revoked token", revoke: true, message: "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized)", reads: 1},
+		{name: "revoked token", revoke: true, message: "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized, HTTP 401)", reads: 1},
 		{name: "no token", noToken: true, message: "no HCLOUD_TOKEN (the Hetzner Cloud API token) in the class's credentials (secret hcloud)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,7 +206,7 @@ output "provider_id" { value = "hcloud://1" }
 			if !tc.noToken {
 				data[hcloud.EnvToken] = []byte(api.Token())
 			}
-			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud"}, Data: data}
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "hcloud", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}}, Data: data}
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, secret).WithStatusSubresource(nc).Build()
 			c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(time.Now()), &recordedEvents{}).
 				WithSecretNamespace("fulfiller").WithFamilies(registry, "prod-eu")

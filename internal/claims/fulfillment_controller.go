@@ -203,6 +203,11 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 			}
 		}
 	}
+	if len(errs) == 0 {
+		if err := c.announceProviderID(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.replaceClaim {
 		if err := c.deleteClaim(ctx, s); err != nil {
 			errs = append(errs, err)
@@ -216,6 +221,26 @@ func (c *FulfillmentController) finish(ctx context.Context, s *claimState, orig 
 		}
 	}
 	return result, errors.Join(errs...)
+}
+
+// announceProviderID puts the provider ID the apply reported on a claim that has none yet
+// (AnnotationProviderID), once it is in the Fulfillment's status: Karpenter then calls Create
+// again at once instead of after its backoff, and Create returns it.
+func (c *FulfillmentController) announceProviderID(ctx context.Context, s *claimState) error {
+	id := s.f.Status.ProviderID
+	if s.claim == nil || string(s.claim.UID) != s.f.Spec.NodeClaimUID || !s.claim.DeletionTimestamp.IsZero() || !s.f.DeletionTimestamp.IsZero() ||
+		s.claim.Status.ProviderID != "" || id == "" || s.f.Spec.ProviderID != "" || s.claim.Annotations[AnnotationProviderID] == id {
+		return nil
+	}
+	patched := s.claim.DeepCopy()
+	if patched.Annotations == nil {
+		patched.Annotations = map[string]string{}
+	}
+	patched.Annotations[AnnotationProviderID] = id
+	if err := c.kube.Patch(ctx, patched, client.MergeFrom(s.claim)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("announcing the provider id on the nodeclaim: %w", err)
+	}
+	return nil
 }
 
 // replaceStage asks for a claim that failed for good to be replaced, also when an earlier

@@ -121,7 +121,7 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("requeue %s, want %s", res.RequeueAfter, admissionRecheck)
 			}
 			c := e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForRunner)
-			if c.Message != "1 of 1 tofu runs in progress: waiting for a runner" {
+			if c.Message != "1 of 1 tofu runs in progress (FULFILLER_MAX_CONCURRENT_RUNS): waiting for a runner" {
 				t.Errorf("message %q", c.Message)
 			}
 			e.expectRuns(name)
@@ -130,6 +130,32 @@ func TestReconcile(t *testing.T) {
 			}
 			e.reconcile(name)
 			e.expectRuns(name, name+"-apply-1=Running")
+		}},
+		{"an apply waits for its family's API budget, with the numbers, until it refills", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			budget := tfrunner.NewAPIBudgets(e.clock, func(req tfrunner.Request) []tfrunner.APIDemand {
+				return []tfrunner.APIDemand{{Budget: "the project of token 1a2b3c4d", Limit: 120, Per: time.Hour, Requests: 100}}
+			})
+			e.exec.Limiter = tfrunner.NewLimiter(tfrunner.MaxRuns(10), budget)
+			other := test.NodeClaim("sim-other", "sim", e.clock.Now())
+			e.create(other)
+			e.reconcile(other.Name)
+			e.expectRuns(other.Name, other.Name+"-apply-1=Running")
+			e.create(claim)
+			if res := e.reconcile(name); res.RequeueAfter != 40*time.Minute {
+				t.Errorf("requeue %s, want when the budget holds a run again (40m)", res.RequeueAfter)
+			}
+			c := e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForAPIBudget)
+			if c.Message != "the project of token 1a2b3c4d allows 120 API requests per hour; 20 are left for runs, and one apply makes about 100: enough again in 40m0s" {
+				t.Errorf("message %q", c.Message)
+			}
+			if f := e.fulfillment(name); f.Status.Reason != v1alpha1.ReasonWaitingForAPIBudget {
+				t.Errorf("reason %s", f.Status.Reason)
+			}
+			e.expectRuns(name)
+			e.clock.Step(40 * time.Minute)
+			e.reconcile(name)
+			e.expectRuns(name, name+"-apply-1=Running")
+			e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionUnknown, v1alpha1.ReasonApplying)
 		}},
 		{"a destroy waits for a runner while the slots are full", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			e.create(claim)
@@ -146,7 +172,7 @@ func TestReconcile(t *testing.T) {
 			}
 			e.reconcile(name)
 			c := e.expectCondition(name, v1alpha1.ConditionDestroyed, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForRunner)
-			if c.Message != "1 of 1 tofu runs in progress: waiting for a runner" {
+			if c.Message != "1 of 1 tofu runs in progress (FULFILLER_MAX_CONCURRENT_RUNS): waiting for a runner" {
 				t.Errorf("message %q", c.Message)
 			}
 			if f := e.fulfillment(name); f.Status.Phase != v1alpha1.PhaseDestroying || f.Status.Reason != v1alpha1.ReasonWaitingForRunner {

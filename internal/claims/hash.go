@@ -14,6 +14,10 @@ import (
 const (
 	AnnotationHash        = v1alpha1.Group + "/nodeclass-hash"
 	AnnotationHashVersion = v1alpha1.Group + "/nodeclass-hash-version"
+	// AnnotationProviderID on a claim announces the provider ID its apply reported, when the
+	// node type's could not be predicted: the update makes Karpenter call Create again, which
+	// then returns it.
+	AnnotationProviderID = v1alpha1.Group + "/provider-id"
 	// HashVersion changes when the hash's inputs change meaning, so old claims are not
 	// reported drifted by an upgrade of the fulfiller alone. v2: the backend and the token's
 	// lifetime are no longer inputs.

@@ -20,23 +20,24 @@ var (
 		Help:      "Time from a node's registration until its readiness gate opened, by gate and node type.",
 		Buckets:   []float64{1, 5, 10, 20, 30, 60, 120, 300, 600, 1200},
 	}, []string{"gate", "node_type"})
-	// createDuration is how long CloudProvider.Create took, by how it learnt the provider
-	// ID: known before the apply (template), awaited from the apply's output, or not yet
-	// reported when the bounded wait ended. Its buckets reach past the bound (providerIDWait).
+	// createDuration is how long CloudProvider.Create took, by how it answered: with a
+	// provider ID known before the apply (template), with the one the apply reported
+	// (reported), or with AwaitingProviderID, which Karpenter retries (awaiting). Create never
+	// waits for an apply, so each call is a few reads.
 	createDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "fulfiller",
 		Subsystem: "cloudprovider",
 		Name:      "create_duration_seconds",
-		Help:      "Duration of CloudProvider.Create, by provider_id: template (known before the apply), awaited (the apply's output), timeout (the bounded wait ended first).",
-		Buckets:   []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 20, 21, 25, 30, 60},
+		Help:      "Duration of CloudProvider.Create, by provider_id: template (known before the apply), reported (the apply's output), awaiting (not reported yet; Karpenter retries).",
+		Buckets:   []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
 	}, []string{"provider_id"})
 )
 
 // Values of createDuration's provider_id label.
 const (
 	createTemplate = "template"
-	createAwaited  = "awaited"
-	createTimeout  = "timeout"
+	createReported = "reported"
+	createAwaiting = "awaiting"
 )
 
 func init() {

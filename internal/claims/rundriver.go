@@ -19,7 +19,8 @@ const (
 	pollInterval = 2 * time.Second
 	// lockRecheck: a run waiting for its state lock looks again.
 	lockRecheck = 10 * time.Second
-	// admissionRecheck: a run the executor did not admit (no free runner) asks again.
+	// admissionRecheck: a run the executor did not admit (no free runner) asks again, or
+	// when the budget it waits for says, if later.
 	admissionRecheck = 5 * time.Second
 )
 
@@ -139,7 +140,7 @@ func (d *runDriver) start(ctx context.Context, s *claimState, attempt int, recor
 		return d.start(ctx, s, attempt+1, true)
 	case errors.As(err, &refused):
 		s.conds.SetUnknownWithReason(d.condition, refused.Reason, refused.Message)
-		return reconcile.Result{RequeueAfter: admissionRecheck}, nil
+		return reconcile.Result{RequeueAfter: max(admissionRecheck, refused.RetryAfter)}, nil
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("starting run %s: %w", req.Name, err)
 	}

@@ -137,6 +137,15 @@ type ErrorRules interface {
 	ErrorRules() tfrunner.Rules
 }
 
+// APIBudgets (optional) are the API request limits the family's cloud enforces, shared by
+// every run with the same credentials: what one run of req takes from which budget (an
+// estimate, e.g. a Hetzner Cloud project's 3600 requests per hour, or a Robot endpoint's).
+// Runs wait for them (WaitingForAPIBudget). A budget's name says whose it is without any
+// secret (a hash of the token, never the token).
+type APIBudgets interface {
+	APIDemands(req tfrunner.Request) []tfrunner.APIDemand
+}
+
 // Error is a failure a family can name: Reason is a reason of the API (api/v1alpha1),
 // Message says what is wrong without any secret.
 type Error struct {
@@ -203,4 +212,17 @@ func (r Registry) Rules() tfrunner.RuleSet {
 		}
 	}
 	return out
+}
+
+// APIDemands is what a run takes from its family's API budgets (none for the generic family
+// and families without APIBudgets), for tfrunner.APIBudgets.
+func (r Registry) APIDemands(req tfrunner.Request) []tfrunner.APIDemand {
+	f, ok := r.Get(req.Family)
+	if !ok {
+		return nil
+	}
+	if b, ok := f.(APIBudgets); ok {
+		return b.APIDemands(req)
+	}
+	return nil
 }

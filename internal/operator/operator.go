@@ -5,12 +5,14 @@ package operator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/samber/lo"
@@ -35,15 +37,15 @@ func Run(families family.Registry) {
 	if opts.EncryptionSecret != "" {
 		lo.Must0(ensurePassphrase(ctx, kubernetes.NewForConfigOrDie(op.GetConfig()), opts))
 	}
-	executor, tofu, runEnv := newExecutor(op, opts)
+	executor, tofu, runEnv := newExecutor(ctx, op, opts, families)
 	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
 
 	stateNamespace := opts.StateNamespace
 	if stateNamespace == "" {
 		stateNamespace = opts.Namespace
 	}
-	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithStateNamespace(stateNamespace).
-		WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace)
+	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithAPIReader(op.Manager.GetAPIReader()).
+		WithStateNamespace(stateNamespace).WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace)
 	cloudProvider := metrics.Decorate(provider)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
@@ -73,12 +75,18 @@ func Run(families family.Registry) {
 }
 
 // newExecutor builds the executor the options name, the tofu path runners use and extra
-// environment for runs.
-func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, string, map[string]string) {
+// environment for runs. Its runs are limited by what is scarce (tfrunner.Limiter): the
+// cluster's capacity for runner pods (Job executor) or this machine (local executor), the API
+// budgets of the families' clouds, and FULFILLER_MAX_CONCURRENT_RUNS when it is set.
+func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, families family.Registry) (tfrunner.Executor, string, map[string]string) {
+	logger := log.FromContext(ctx)
 	runEnv := map[string]string{}
-	limiter := tfrunner.NewLimiter(tfrunner.MaxRuns(opts.MaxConcurrentRuns))
+	var budgets []tfrunner.Budget
+	if opts.MaxConcurrentRuns > 0 {
+		budgets = append(budgets, tfrunner.MaxRuns(opts.MaxConcurrentRuns))
+	}
 	if opts.Executor == ExecutorJob {
-		return &tfrunner.JobExecutor{
+		executor := &tfrunner.JobExecutor{
 			Client:             kubernetes.NewForConfigOrDie(op.GetConfig()),
 			Namespace:          opts.Namespace,
 			Image:              opts.RunnerImage,
@@ -86,10 +94,13 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 			ServiceAccountName: opts.RunnerServiceAccount,
 			Resources:          opts.RunnerResources,
 			TTLAfterFinished:   opts.RunnerTTL,
-			Limiter:            limiter,
 			NodeSelector:       opts.RunnerNodeSelector,
 			Tolerations:        opts.RunnerTolerations,
-		}, opts.TofuPath, runEnv
+		}
+		runners := &tfrunner.ClusterRunners{Placement: executor.Placement(), Observe: observeCluster(op.GetClient())}
+		executor.Limiter = tfrunner.NewLimiter(append(budgets, runners, tfrunner.NewAPIBudgets(op.Clock, families.APIDemands))...)
+		logger.Info("runs limited by the cluster's capacity for runner pods", "maxConcurrentRuns", opts.MaxConcurrentRuns)
+		return executor, opts.TofuPath, runEnv
 	}
 	tofu := opts.TofuPath
 	if path, err := exec.LookPath(tofu); err == nil {
@@ -100,7 +111,34 @@ func newExecutor(op *operator.Operator, opts *Options) (tfrunner.Executor, strin
 		runEnv["KUBE_CONFIG_PATH"] = opts.RunnerKubeconfig
 		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
 	}
+	machine := lo.Must(tfrunner.ThisMachine())
+	logger.Info("runs limited by this machine", "bound", machine.Max(), "cpus", machine.CPUs, "memory", machine.Memory, "maxConcurrentRuns", opts.MaxConcurrentRuns)
+	limiter := tfrunner.NewLimiter(append(budgets, machine, tfrunner.NewAPIBudgets(op.Clock, families.APIDemands))...)
 	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, Limiter: limiter}, tofu, runEnv
+}
+
+// observeCluster lists the nodes and pods from the manager's cache (Karpenter's cluster state
+// watches both), without copies: the runner capacity only reads them.
+func observeCluster(c client.Reader) func(ctx context.Context) ([]*corev1.Node, []*corev1.Pod, error) {
+	return func(ctx context.Context) ([]*corev1.Node, []*corev1.Pod, error) {
+		nodes := &corev1.NodeList{}
+		if err := c.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, nil, fmt.Errorf("listing pods: %w", err)
+		}
+		return pointers(nodes.Items), pointers(pods.Items), nil
+	}
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
 }
 
 // ensurePassphrase creates the state encryption passphrase Secret on the first start (every

@@ -49,8 +49,9 @@ type Options struct {
 	Executor            string
 	RunsDir             string
 	TofuPath            string
-	MaxConcurrentRuns   int
-	RunnerKubeconfig    string
+	// MaxConcurrentRuns caps the runs in progress at once (0: no cap of its own).
+	MaxConcurrentRuns int
+	RunnerKubeconfig  string
 
 	// Job executor settings.
 	RunnerImage           string
@@ -78,7 +79,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.Executor, "executor", env.WithDefaultString("FULFILLER_EXECUTOR", ExecutorJob), "Where tofu runs: job (a Kubernetes Job per run) or local (child processes)")
 	fs.StringVar(&o.RunsDir, "runs-dir", env.WithDefaultString("FULFILLER_RUNS_DIR", "/var/lib/fulfiller/runs"), "Folder of local runs (working directories and logs)")
 	fs.StringVar(&o.TofuPath, "tofu-path", env.WithDefaultString("FULFILLER_TOFU", "tofu"), "The tofu binary (in the runner's image for the job executor)")
-	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", env.WithDefaultInt("FULFILLER_MAX_CONCURRENT_RUNS", 8), "Tofu runs in progress at once")
+	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", env.WithDefaultInt("FULFILLER_MAX_CONCURRENT_RUNS", 0), "Cap on tofu runs in progress at once (0: none; runs are limited by the cluster's capacity for runner pods, or this machine's CPUs and memory, and the families' API budgets)")
 	fs.StringVar(&o.RunnerKubeconfig, "runner-kubeconfig", env.WithDefaultString("FULFILLER_RUNNER_KUBECONFIG", ""), "Kubeconfig local runs use for the kubernetes state backend (empty: runners use their service account)")
 	fs.StringVar(&o.RunnerImage, "runner-image", env.WithDefaultString("FULFILLER_RUNNER_IMAGE", ""), "Image of runner Jobs (the controller's image)")
 	fs.StringVar(&o.RunnerImagePullPolicy, "runner-image-pull-policy", env.WithDefaultString("FULFILLER_RUNNER_IMAGE_PULL_POLICY", string(corev1.PullIfNotPresent)), "Pull policy of runner Jobs")
@@ -120,8 +121,8 @@ func (o *Options) validate() error {
 	default:
 		return fmt.Errorf("executor %q is not supported (want job or local)", o.Executor)
 	}
-	if o.MaxConcurrentRuns < 1 {
-		return errors.New("max-concurrent-runs must be at least 1")
+	if o.MaxConcurrentRuns < 0 {
+		return errors.New("max-concurrent-runs must not be negative (0: no cap)")
 	}
 	if o.RunnerTTL <= 0 || o.DestroyDeadline <= 0 || o.PoolKeeperInterval <= 0 {
 		return errors.New("runner-ttl, destroy-deadline and pool-keeper-interval must be positive")

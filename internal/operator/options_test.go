@@ -27,7 +27,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"job without image", "needs a runner image", func(o *Options) { o.RunnerImage = "" }},
 		{"unknown executor", `executor "docker" is not supported`, func(o *Options) { o.Executor = "docker" }},
-		{"no runs", "at least 1", func(o *Options) { o.MaxConcurrentRuns = 0 }},
+		{"negative runs", "must not be negative", func(o *Options) { o.MaxConcurrentRuns = -1 }},
 		{"bad resources", "parsing runner-resources", func(o *Options) { o.runnerResources = `{"requests":` }},
 		{"zero deadline", "must be positive", func(o *Options) { o.DestroyDeadline = 0 }},
 		{"zero pool keeper interval", "must be positive", func(o *Options) { o.PoolKeeperInterval = 0 }},

@@ -268,13 +268,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 	if user <= 0 {
 		user = DefaultRunnerUser
 	}
-	resources := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
-	}
-	if e.Resources != nil {
-		resources = *e.Resources
-	}
+	resources := e.resources()
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: req.Name, Namespace: e.Namespace, Labels: lbls},
 		Spec: batchv1.JobSpec{
@@ -343,6 +337,33 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 			},
 		},
 	}
+}
+
+// resources are the runner container's (Resources, or the default).
+func (e *JobExecutor) resources() corev1.ResourceRequirements {
+	if e.Resources != nil {
+		return *e.Resources
+	}
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}
+}
+
+// Placement is what the executor's runner pods ask of a node (ClusterRunners). A container
+// without requests gets its limits as requests.
+func (e *JobExecutor) Placement() RunnerPlacement {
+	r := e.resources()
+	requests := r.Requests.DeepCopy()
+	if requests == nil {
+		requests = corev1.ResourceList{}
+	}
+	for name, q := range r.Limits {
+		if _, ok := requests[name]; !ok {
+			requests[name] = q.DeepCopy()
+		}
+	}
+	return RunnerPlacement{Requests: requests, NodeSelector: e.NodeSelector, Tolerations: e.Tolerations, Namespace: e.Namespace}
 }
 
 // runnerAffinity keeps runners off the nodes Karpenter manages: consolidating such a node

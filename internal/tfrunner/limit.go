@@ -1,9 +1,22 @@
 package tfrunner
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
@@ -18,10 +31,10 @@ const DefaultMaxConcurrent = 4
 //
 // The zero Limiter admits DefaultMaxConcurrent runs at once.
 //
-// A Budget is one thing runs need that is scarce. Today that is runner slots (MaxRuns, from
-// FULFILLER_MAX_CONCURRENT_RUNS); the runner capacity of the cluster, local CPU or a
-// family's API budget are further Budgets, each refusing with its own reason (such as
-// WaitingForAPIBudget), and Load grows what they need to know.
+// A Budget is one thing runs need that is scarce, each refusing with its own reason and the
+// numbers in its message: an explicit cap (MaxRuns, FULFILLER_MAX_CONCURRENT_RUNS), the
+// machine a local executor runs on (MachineRuns), the cluster's capacity for runner pods
+// (ClusterRunners), and the API request budgets the families' clouds enforce (APIBudgets).
 type Limiter struct {
 	budgets []Budget // nil: MaxRuns(DefaultMaxConcurrent)
 	mu      sync.Mutex
@@ -39,6 +52,12 @@ type Budget interface {
 	Admit(ctx context.Context, req Request, load Load) error
 }
 
+// Spender is a Budget that a started run takes something from: Spend is called, under the
+// Limiter's lock, once a run every budget admitted has been created.
+type Spender interface {
+	Spend(req Request)
+}
+
 // Load is what an executor has in progress when a run asks to start.
 type Load struct {
 	// Runs that were started and have not ended, adopted ones included.
@@ -46,28 +65,18 @@ type Load struct {
 }
 
 // AdmissionError: a run may not start now; it is retried later. Reason is the condition
-// reason the waiting claim shows (ReasonWaitingForRunner, ...), Message says why. It is
-// ErrBusy.
+// reason the waiting claim shows (ReasonWaitingForRunner, ReasonWaitingForAPIBudget),
+// Message says why, with the numbers. RetryAfter, when set, is when asking again can succeed
+// at the earliest. It is ErrBusy.
 type AdmissionError struct {
-	Reason  string
-	Message string
+	Reason     string
+	Message    string
+	RetryAfter time.Duration
 }
 
 func (e *AdmissionError) Error() string { return e.Message }
 
 func (e *AdmissionError) Unwrap() error { return ErrBusy }
-
-// MaxRuns bounds how many runs are in progress at once.
-type MaxRuns int
-
-// Admit implements Budget.
-func (m MaxRuns) Admit(_ context.Context, _ Request, load Load) error {
-	if load.Runs < int(m) {
-		return nil
-	}
-	return &AdmissionError{Reason: v1alpha1.ReasonWaitingForRunner,
-		Message: fmt.Sprintf("%d of %d tofu runs in progress: waiting for a runner", load.Runs, int(m))}
-}
 
 // StartSteps are an executor's parts of starting one run.
 type StartSteps struct {
@@ -102,5 +111,389 @@ func (l *Limiter) Start(ctx context.Context, req Request, steps StartSteps) erro
 			return fmt.Errorf("starting run %s: %w", req.Name, err)
 		}
 	}
-	return steps.Create(ctx)
+	if err := steps.Create(ctx); err != nil {
+		return err
+	}
+	for _, b := range budgets {
+		if s, ok := b.(Spender); ok {
+			s.Spend(req)
+		}
+	}
+	return nil
+}
+
+// waitingForRunner refuses a run because n runs are in progress of a bound of n; why says
+// where the bound comes from.
+func waitingForRunner(runs, bound int, why string) error {
+	return &AdmissionError{Reason: v1alpha1.ReasonWaitingForRunner,
+		Message: fmt.Sprintf("%d of %d tofu runs in progress (%s): waiting for a runner", runs, bound, why)}
+}
+
+// MaxRuns is an explicit cap on the runs in progress at once (FULFILLER_MAX_CONCURRENT_RUNS).
+type MaxRuns int
+
+// Admit implements Budget.
+func (m MaxRuns) Admit(_ context.Context, _ Request, load Load) error {
+	if load.Runs < int(m) {
+		return nil
+	}
+	return waitingForRunner(load.Runs, int(m), "FULFILLER_MAX_CONCURRENT_RUNS")
+}
+
+// What one run takes of the machine the local executor runs on. Both are the runner Job's
+// default requests (100m CPU, 256Mi memory; JobExecutor.Resources), so the two executors
+// assume the same of a run: a run's CPU comes in short bursts (process starts, init, apply:
+// about half a CPU-second for modules/sim, README "One run, per phase"), and the rest of its
+// time it waits for its cloud (a Hetzner Cloud server create takes 20-60 s); its memory is
+// the runner's, tofu's and a provider plugin's at once (an apply of modules/hetzner-cloud
+// against the stand-in peaked at 88 MiB RSS for tofu and 64 MiB for the hcloud provider).
+const (
+	RunsPerCPU = 10
+	RunMemory  = 256 << 20
+)
+
+// MachineRuns bounds the runs of a local executor by the machine they run on: RunsPerCPU
+// for each CPU the controller may use, and one run per RunMemory of the memory it may use.
+type MachineRuns struct {
+	CPUs   int
+	Memory int64 // bytes
+}
+
+// Max is the machine's bound (at least 1).
+func (m MachineRuns) Max() int {
+	return max(1, min(m.CPUs*RunsPerCPU, int(m.Memory/RunMemory)))
+}
+
+// Admit implements Budget.
+func (m MachineRuns) Admit(_ context.Context, _ Request, load Load) error {
+	if n := m.Max(); load.Runs >= n {
+		return waitingForRunner(load.Runs, n, m.String())
+	}
+	return nil
+}
+
+func (m MachineRuns) String() string {
+	return fmt.Sprintf("this machine's bound: %d CPUs at %d runs each, %s of memory at %s a run",
+		m.CPUs, RunsPerCPU, formatBytes(m.Memory), formatBytes(RunMemory))
+}
+
+// ThisMachine is what the controller's process may use: the CPUs of GOMAXPROCS (since Go
+// 1.25 the cgroup's CPU limit, when it has one) and the memory available now (MemAvailable),
+// or the cgroup's memory limit when that is lower.
+func ThisMachine() (MachineRuns, error) {
+	m := MachineRuns{CPUs: runtime.GOMAXPROCS(0)}
+	available, err := memAvailable("/proc/meminfo")
+	if err != nil {
+		return m, fmt.Errorf("reading the machine's memory: %w", err)
+	}
+	m.Memory = available
+	if limit, ok := cgroupMemoryLimit("/sys/fs/cgroup/memory.max"); ok && limit < m.Memory {
+		m.Memory = limit
+	}
+	return m, nil
+}
+
+func memAvailable(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) == 3 && fields[0] == "MemAvailable:" && fields[2] == "kB" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parsing %s: %w", path, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s has no MemAvailable", path)
+}
+
+// cgroupMemoryLimit reads a cgroup v2 memory.max ("max": none).
+func cgroupMemoryLimit(path string) (int64, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return n, err == nil
+}
+
+// RunnerPlacement is what a runner pod asks of a node: its requests, and where it may run
+// (never on a node Karpenter manages: runnerAffinity).
+type RunnerPlacement struct {
+	Requests     corev1.ResourceList
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+	// Namespace is where runner pods run.
+	Namespace string
+}
+
+// RunnerCapacity is how many runner pods the cluster holds: Slots on Nodes nodes.
+type RunnerCapacity struct {
+	Slots, Nodes int
+}
+
+// RunnerSlots counts how many runner pods fit on the nodes they may run on: Ready,
+// schedulable nodes that Karpenter does not manage, that match the runners' node selector and
+// whose NoSchedule and NoExecute taints they tolerate. On each, it divides what the node's
+// allocatable leaves after the requests of the pods on it that are not runners by a runner's
+// requests (and counts the pods it may hold), so the slots include those runners in progress
+// take.
+func RunnerSlots(nodes []*corev1.Node, pods []*corev1.Pod, p RunnerPlacement) RunnerCapacity {
+	used := map[string]corev1.ResourceList{}
+	count := map[string]int64{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || isRunner(pod, p.Namespace) {
+			continue
+		}
+		count[pod.Spec.NodeName]++
+		sum := used[pod.Spec.NodeName]
+		if sum == nil {
+			sum = corev1.ResourceList{}
+			used[pod.Spec.NodeName] = sum
+		}
+		for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+			total := sum[name]
+			total.Add(q)
+			sum[name] = total
+		}
+	}
+	var c RunnerCapacity
+	for _, node := range nodes {
+		if !mayRunRunners(node, p) {
+			continue
+		}
+		c.Nodes++
+		fit := int64(math.MaxInt32)
+		if pods, ok := node.Status.Allocatable[corev1.ResourcePods]; ok {
+			fit = max(0, pods.Value()-count[node.Name])
+		}
+		for name, want := range p.Requests {
+			if want.IsZero() {
+				continue
+			}
+			have, ok := node.Status.Allocatable[name]
+			if !ok {
+				fit = 0
+				break
+			}
+			if u, ok := used[node.Name][name]; ok {
+				have.Sub(u)
+			}
+			fit = min(fit, max(0, have.MilliValue()/want.MilliValue()))
+		}
+		c.Slots += int(fit)
+	}
+	return c
+}
+
+// isRunner tells a runner pod: it is managed by the fulfiller, in the runners' namespace, and
+// made by a Job.
+func isRunner(pod *corev1.Pod, namespace string) bool {
+	return pod.Namespace == namespace && pod.Labels[LabelManagedBy] == ManagedBy && pod.Labels[jobNameLabel] != ""
+}
+
+// mayRunRunners: the node is Ready and schedulable, not Karpenter's, matches the runners'
+// node selector, and they tolerate its taints that keep pods off.
+func mayRunRunners(node *corev1.Node, p RunnerPlacement) bool {
+	if node.Spec.Unschedulable || node.DeletionTimestamp != nil {
+		return false
+	}
+	if _, managed := node.Labels["karpenter.sh/nodepool"]; managed {
+		return false
+	}
+	if !labels.SelectorFromSet(p.NodeSelector).Matches(labels.Set(node.Labels)) {
+		return false
+	}
+	ready := false
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	if !ready {
+		return false
+	}
+	for i := range node.Spec.Taints {
+		taint := &node.Spec.Taints[i]
+		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
+			continue
+		}
+		tolerated := false
+		for j := range p.Tolerations {
+			if p.Tolerations[j].ToleratesTaint(klog.Background(), taint, true) {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			return false
+		}
+	}
+	return true
+}
+
+// ClusterRunners bounds the runs of a Job executor by the cluster's capacity for runner
+// pods (RunnerSlots), counted anew at every admission, so it follows the nodes as they come,
+// go and fill.
+type ClusterRunners struct {
+	Placement RunnerPlacement
+	// Observe lists the cluster's nodes and pods. It is called at every admission: it should
+	// read an informer's cache.
+	Observe func(ctx context.Context) ([]*corev1.Node, []*corev1.Pod, error)
+}
+
+// Admit implements Budget.
+func (c *ClusterRunners) Admit(ctx context.Context, _ Request, load Load) error {
+	nodes, pods, err := c.Observe(ctx)
+	if err != nil {
+		return fmt.Errorf("counting the cluster's runner capacity: %w", err)
+	}
+	capacity := RunnerSlots(nodes, pods, c.Placement)
+	if load.Runs < capacity.Slots {
+		return nil
+	}
+	return waitingForRunner(load.Runs, capacity.Slots, fmt.Sprintf("the cluster's capacity for runner pods of %s: %d nodes may run them",
+		describeRequests(c.Placement.Requests), capacity.Nodes))
+}
+
+func describeRequests(r corev1.ResourceList) string {
+	var parts []string
+	if q, ok := r[corev1.ResourceCPU]; ok {
+		parts = append(parts, q.String()+" CPU")
+	}
+	if q, ok := r[corev1.ResourceMemory]; ok {
+		parts = append(parts, q.String()+" memory")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// formatBytes shows a memory size in GiB, or MiB below one.
+func formatBytes(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.1fGi", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%dMi", n>>20)
+}
+
+// APIDemand is what one run takes from one API request budget its cloud enforces.
+type APIDemand struct {
+	// Budget names the budget, as a person reads it and without any secret; runs whose
+	// demands name the same budget share it (e.g. one Hetzner Cloud project's).
+	Budget string
+	// Limit requests per Per is what the cloud allows; it refills evenly.
+	Limit int
+	Per   time.Duration
+	// Requests is an estimate of the requests one run makes against it.
+	Requests int
+}
+
+// APIBudgets keeps, per budget a family's cloud enforces, the requests left for runs: it
+// starts full, refills at the cloud's rate, admits a run while every budget it draws on holds
+// the requests it is estimated to make, and takes them when it starts. It counts only the
+// fulfiller's runs: other clients of the same credentials (a cloud controller manager, a CSI
+// driver) spend the cloud's budget unseen, and the runs' own retries on a rate-limit error
+// are the cloud's last word.
+type APIBudgets struct {
+	Clock clock.PassiveClock
+	// Demands says what a run takes from which budgets (none: it is not limited).
+	Demands func(Request) []APIDemand
+
+	mu   sync.Mutex
+	left map[string]*apiBucket
+}
+
+type apiBucket struct {
+	left float64
+	at   time.Time
+}
+
+// NewAPIBudgets returns budgets with the demands of runs.
+func NewAPIBudgets(c clock.PassiveClock, demands func(Request) []APIDemand) *APIBudgets {
+	return &APIBudgets{Clock: c, Demands: demands}
+}
+
+// bucket returns d's budget refilled until now.
+func (a *APIBudgets) bucket(d APIDemand, now time.Time) *apiBucket {
+	if a.left == nil {
+		a.left = map[string]*apiBucket{}
+	}
+	b, ok := a.left[d.Budget]
+	if !ok {
+		b = &apiBucket{left: float64(d.Limit), at: now}
+		a.left[d.Budget] = b
+	}
+	if now.After(b.at) {
+		b.left = min(float64(d.Limit), b.left+now.Sub(b.at).Seconds()*d.rate())
+		b.at = now
+	}
+	return b
+}
+
+// rate is the requests the budget regains per second.
+func (d APIDemand) rate() float64 { return float64(d.Limit) / d.Per.Seconds() }
+
+// need is what a run must find left: its estimate, but never more than the whole budget.
+func (d APIDemand) need() float64 { return float64(min(d.Requests, d.Limit)) }
+
+func (a *APIBudgets) demands(req Request) []APIDemand {
+	if a.Demands == nil {
+		return nil
+	}
+	var out []APIDemand
+	for _, d := range a.Demands(req) {
+		if d.Limit > 0 && d.Per > 0 && d.Requests > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Admit implements Budget.
+func (a *APIBudgets) Admit(_ context.Context, req Request, _ Load) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.Clock.Now()
+	for _, d := range a.demands(req) {
+		b := a.bucket(d, now)
+		if b.left >= d.need() {
+			continue
+		}
+		wait := time.Duration((d.need() - b.left) / d.rate() * float64(time.Second)).Round(time.Second)
+		return &AdmissionError{Reason: v1alpha1.ReasonWaitingForAPIBudget, RetryAfter: wait,
+			Message: fmt.Sprintf("%s allows %d API requests per %s; %d are left for runs, and one %s makes about %d: enough again in %s",
+				d.Budget, d.Limit, per(d.Per), int(b.left), req.Operation, d.Requests, wait)}
+	}
+	return nil
+}
+
+// Spend implements Spender.
+func (a *APIBudgets) Spend(req Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.Clock.Now()
+	for _, d := range a.demands(req) {
+		b := a.bucket(d, now)
+		b.left = max(0, b.left-d.need())
+	}
+}
+
+func per(d time.Duration) string {
+	switch d {
+	case time.Hour:
+		return "hour"
+	case time.Minute:
+		return "minute"
+	case time.Second:
+		return "second"
+	}
+	return d.String()
 }

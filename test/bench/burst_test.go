@@ -30,8 +30,8 @@ const burstClaims = 20
 // kubernetes state backend, real joins): 20 pending pods that each need their own node.
 // Reported: tofu apply runs completed per minute (20 over the time from the first apply's
 // start to the last one's end), the median apply run, and the median claim-to-Initialized
-// time. Concurrency is the controller's default bound (FULFILLER_MAX_CONCURRENT_RUNS, 8,
-// unless the environment sets it).
+// time. Concurrency is the controller's default bound (the runner node's capacity for runner
+// pods; FULFILLER_MAX_CONCURRENT_RUNS caps it when the environment sets it).
 func BenchmarkBurst20Claims(b *testing.B) {
 	ctx := ctxFor(b, 30*time.Minute)
 	dir := b.TempDir()

@@ -28,9 +28,10 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 )
 
-// providerIDWait is CloudProvider.Create's bound on waiting for an apply's provider_id
-// (internal/claims); a Create may take it plus the reads around it.
-const providerIDWait = 20 * time.Second
+// createBound is what one CloudProvider.Create may take: it never waits for an apply (it
+// answers AwaitingProviderID until the apply reports the provider ID), so a call is a few
+// reads, and a slow one on a loaded machine still ends well within this.
+const createBound = 5 * time.Second
 
 // BenchmarkBurst20HcloudClaims: 20 claims at once on the path where the provider ID is not
 // known before the apply (Hetzner Cloud server IDs): modules/hetzner-cloud with the real
@@ -38,9 +39,9 @@ const providerIDWait = 20 * time.Second
 // It checks that no claim got a second server (one successful POST /servers per claim, each
 // server labelled with its own claim) and that every node registered as hcloud://<its
 // server's id>, and that no CloudProvider.Create call — what Karpenter's launch waits on —
-// took longer than the bounded wait (fulfiller_cloudprovider_create_duration_seconds).
-// Reported: the distribution of Create calls (p50, p90, max bucket; calls that ended the
-// wait without a provider ID), claim→Launched and claim→Initialized medians, and the time
+// took longer than createBound (fulfiller_cloudprovider_create_duration_seconds).
+// Reported: the distribution of Create calls (p50, p90, max bucket; calls that answered
+// AwaitingProviderID), claim→Launched and claim→Initialized medians, and the time
 // until all pods were bound.
 func BenchmarkBurst20HcloudClaims(b *testing.B) {
 	ctx := ctxFor(b, 40*time.Minute)
@@ -172,19 +173,19 @@ func reportHcloud(b *testing.B, ctx context.Context, kube client.Client, api *st
 	if creates.count == 0 {
 		b.Fatal("no CloudProvider.Create call was measured")
 	}
-	if over := creates.countAbove(providerIDWait.Seconds() + 1); over > 0 {
-		b.Errorf("%d of %d Create calls took longer than the bounded wait (%s)", over, creates.count, providerIDWait)
+	if over := creates.countAbove(createBound.Seconds()); over > 0 {
+		b.Errorf("%d of %d Create calls took longer than %s", over, creates.count, createBound)
 	}
 	sort.Slice(launched, func(i, j int) bool { return launched[i] < launched[j] })
 	b.ReportMetric(creates.quantile(0.5), "create-p50-s")
 	b.ReportMetric(creates.quantile(0.9), "create-p90-s")
 	b.ReportMetric(creates.quantile(1), "create-max-bucket-s")
-	b.ReportMetric(float64(creates.timeouts), "create-wait-ended")
+	b.ReportMetric(float64(creates.awaiting), "create-awaiting")
 	b.ReportMetric(median(launched).Seconds(), "claim-to-launched-median-s")
 	b.ReportMetric(median(initialized).Seconds(), "claim-to-initialized-median-s")
 	b.ReportMetric(wall.Seconds(), "all-bound-s")
-	b.Logf("Create calls: %d (%d awaited the apply's provider ID, %d ended the bounded wait without it, mean %.2fs); cumulative buckets: %s",
-		creates.count, creates.awaited, creates.timeouts, creates.sum/float64(creates.count), creates.String())
+	b.Logf("Create calls: %d (%d returned the apply's provider ID, %d answered AwaitingProviderID, mean %.3fs); cumulative buckets: %s",
+		creates.count, creates.reported, creates.awaiting, creates.sum/float64(creates.count), creates.String())
 	if len(launched) > 0 {
 		b.Logf("claim→Launched min %s median %s max %s; claim→Initialized median %s; %d servers for %d claims; all pods bound after %s",
 			launched[0].Round(100*time.Millisecond), median(launched).Round(100*time.Millisecond), launched[len(launched)-1].Round(100*time.Millisecond),
@@ -194,11 +195,11 @@ func reportHcloud(b *testing.B, ctx context.Context, kube client.Client, api *st
 
 // createHistogram is fulfiller_cloudprovider_create_duration_seconds summed over its labels.
 type createHistogram struct {
-	bounds            []float64 // upper bounds, ascending; +Inf last
-	cumulative        []uint64
-	count             uint64
-	sum               float64
-	awaited, timeouts uint64
+	bounds             []float64 // upper bounds, ascending; +Inf last
+	cumulative         []uint64
+	count              uint64
+	sum                float64
+	reported, awaiting uint64
 }
 
 func (h createHistogram) minus(o createHistogram) createHistogram {
@@ -210,7 +211,7 @@ func (h createHistogram) minus(o createHistogram) createHistogram {
 		}
 	}
 	out.count, out.sum = h.count-o.count, h.sum-o.sum
-	out.awaited, out.timeouts = h.awaited-o.awaited, h.timeouts-o.timeouts
+	out.reported, out.awaiting = h.reported-o.reported, h.awaiting-o.awaiting
 	return out
 }
 
@@ -270,10 +271,10 @@ func scrapeCreate(b *testing.B, envDir string) createHistogram {
 		h.count += hist.GetSampleCount()
 		h.sum += hist.GetSampleSum()
 		switch labelOf(m, "provider_id") {
-		case "awaited":
-			h.awaited += hist.GetSampleCount()
-		case "timeout":
-			h.timeouts += hist.GetSampleCount()
+		case "reported":
+			h.reported += hist.GetSampleCount()
+		case "awaiting":
+			h.awaiting += hist.GetSampleCount()
 		}
 		// The text format's buckets end with +Inf, which holds every observation.
 		if h.bounds == nil {

@@ -61,7 +61,7 @@ func TestDefaults(t *testing.T) {
 		"FULFILLER_RUNNER_SERVICE_ACCOUNT":   "fulfiller-runner",
 		"FULFILLER_RUNNER_TTL":               "24h",
 		"FULFILLER_DESTROY_DEADLINE":         "30m",
-		"FULFILLER_MAX_CONCURRENT_RUNS":      "8",
+		"FULFILLER_MAX_CONCURRENT_RUNS":      "0",
 		"FULFILLER_RUNNER_NODE_SELECTOR":     "{}",
 		"FULFILLER_RUNNER_TOLERATIONS":       "[]",
 		"FULFILLER_STATE_NAMESPACE":          "fulfiller-system-states",
@@ -346,7 +346,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"runner.destroyDeadline=30", "/runner/destroyDeadline"},
 		// An apply's deadline is its node type's deadlines.apply; the chart has none of its own.
 		{"runner.applyDeadline=30m", "additional properties 'applyDeadline' not allowed"},
-		{"runner.maxConcurrent=0", "/runner/maxConcurrent"},
+		{"runner.maxConcurrent=-1", "/runner/maxConcurrent"},
 		{"logLevel=warn", "/logLevel"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
 		{"metrics.port=70000", "/metrics/port"},

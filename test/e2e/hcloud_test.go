@@ -179,7 +179,7 @@ func TestHcloud(t *testing.T) {
 		c = nc.StatusConditions().Get(status.ConditionReady)
 		return c != nil && c.IsFalse() && strings.Contains(c.Message, "refused"), nil
 	})
-	if want := "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized)"; c.Reason != v1alpha1.ReasonInvalidCredentials || c.Message != want {
+	if want := "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized, HTTP 401)"; c.Reason != v1alpha1.ReasonInvalidCredentials || c.Message != want {
 		t.Errorf("Ready = %s %q, want %s %q", c.Reason, c.Message, v1alpha1.ReasonInvalidCredentials, want)
 	}
 	// Karpenter batches pending pods for up to 10s; give it that and more.

@@ -39,10 +39,10 @@ func TestCheckCredentials(t *testing.T) {
 	}{
 		{name: "valid token"},
 		{name: "revoked token", fault: (*standin.StandIn).RevokeToken,
-			reason: v1alpha1.ReasonInvalidCredentials, message: "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized)"},
+			reason: v1alpha1.ReasonInvalidCredentials, message: "the Hetzner Cloud API refused the class's HCLOUD_TOKEN: unable to authenticate (unauthorized, HTTP 401)"},
 		{name: "token that may not read", fault: func(s *standin.StandIn) {
 			s.Fail(standin.Failure{Method: "GET", PathPrefix: "/servers", Code: standin.CodeForbidden})
-		}, reason: v1alpha1.ReasonInvalidCredentials, message: "the class's HCLOUD_TOKEN may not read servers: forbidden (forbidden)"},
+		}, reason: v1alpha1.ReasonInvalidCredentials, message: "the class's HCLOUD_TOKEN may not read servers: forbidden (forbidden, HTTP 403)"},
 		{name: "no token", env: map[string]string{EnvToken: ""},
 			reason: v1alpha1.ReasonInvalidCredentials, message: "no HCLOUD_TOKEN (the Hetzner Cloud API token) in the class's credentials (none)"},
 		{name: "token with a trailing newline", env: map[string]string{EnvToken: standin.DefaultToken + "\n"},
