@@ -105,7 +105,11 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if env["KUBE_CONFIG_PATH"] == runnerKubeconfig(req.WorkDir) {
+	backend, err := serviceAccountBackend(req.Backend, env, os.Getenv, runnerKubeconfig(req.WorkDir))
+	if err != nil {
+		return err
+	}
+	if backend.Config["config_path"] == runnerKubeconfig(req.WorkDir) {
 		out.note("info", "state backend: authenticating as the pod's service account")
 	}
 
@@ -120,7 +124,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result) error {
 	tf.SetWaitDelay(TofuInterruptGrace)
 
 	initOpts := []tfexec.InitOption{tfexec.Reconfigure(true), tfexec.Upgrade(false)}
-	for _, kv := range backendConfig(req.Backend) {
+	for _, kv := range backendConfig(backend) {
 		initOpts = append(initOpts, tfexec.BackendConfig(kv))
 	}
 	if err := tf.InitJSON(ctx, out, initOpts...); err != nil {
@@ -326,11 +330,6 @@ func runEnv(req Request) (map[string]string, error) {
 	}
 	maps.Copy(env, tofuEnvFromRunner())
 	maps.Copy(env, req.Env)
-	sa, err := serviceAccountEnv(req.Backend, env, os.Getenv, runnerKubeconfig(req.WorkDir))
-	if err != nil {
-		return nil, err
-	}
-	maps.Copy(env, sa)
 	if bad := tfexec.ProhibitedEnv(env); len(bad) > 0 {
 		sort.Strings(bad)
 		return nil, fmt.Errorf("%w: environment variables tofu must not get this way: %s", ErrInvalidRequest, strings.Join(bad, ", "))
