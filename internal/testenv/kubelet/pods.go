@@ -735,9 +735,16 @@ func (p pathMap) rewrite(s string) string {
 // PIDFileName is the file in a pod's folder that holds its container's process (group) ID.
 const PIDFileName = "container.pid"
 
-// PodDir is the folder of a pod under a stand-in kubelet's Config.Dir.
+// PodDir is the folder of a pod under a stand-in kubelet's Config.Dir: named by the start of
+// its UID, short, because the container's paths (its /tmp among them) are rewritten to paths
+// under it, and a unix socket's path must fit 107 bytes (a provider plugin listens on one in
+// TMPDIR); in a real container /tmp is just /tmp.
 func PodDir(kubeletDir string, pod *corev1.Pod) string {
-	return filepath.Join(kubeletDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+	uid := string(pod.UID)
+	if len(uid) > 8 {
+		uid = uid[:8]
+	}
+	return filepath.Join(kubeletDir, uid)
 }
 
 // KillContainer kills a pod's running container at once (SIGKILL to its process group), as a
