@@ -106,16 +106,21 @@ func joinedAs(f *v1alpha1.Fulfillment, status metav1.ConditionStatus, reason str
 // be scheduled on the infra cluster: at its join timeout that is insufficient capacity and
 // Karpenter plans onto the next type, whose VM (its spec as the API server holds it) joins as
 // kubevirt://<vm>. A VM deleted by hand is seen, the claim replaced through Karpenter and its
-// state cleaned up; scale to zero deletes the VMs, their Secrets and the states.
+// state cleaned up; scale to zero deletes the VMs, their Secrets and the states. Meanwhile,
+// in a class and pool of its own, a VM whose image cannot be pulled shows VMImagePullFailed
+// with the VM's own message while its claim waits, and the claim is replaced after its join
+// timeout with nothing leaked (run alongside, so the suite waits for both timeouts once).
 func TestKubeVirtNodes(t *testing.T) {
-	ctx := ctxFor(t, 12*time.Minute)
+	ctx := ctxFor(t, 14*time.Minute)
 	tr := trackFulfillments(t)
 	infra := infraClient(t)
 	kubevirtCredentials(t, ctx, "e2e-kubevirt-infra")
 	huge := kubevirtType("kv-huge", "0.01", "32Gi", 30*time.Second, nil) // more than the infra node's 16Gi
 	small := kubevirtType("kv-small", "0.02", "2Gi", 3*time.Minute, nil)
+	missing := kubevirtType("kv-missing", "0.01", "1Gi", 30*time.Second, map[string]string{"image": devenv.InfraMissingImage})
 	startScenario(t, ctx, kubevirtClass("e2e-kubevirt", "e2e-kubevirt-infra", huge, small), nodePool("e2e-kubevirt", "e2e-kubevirt"))
-	create(t, ctx, deployment("kubevirt", "e2e-kubevirt", 1, "500m"))
+	startScenario(t, ctx, kubevirtClass("e2e-kubevirt-pull", "e2e-kubevirt-infra", missing), nodePool("e2e-kubevirt-pull", "e2e-kubevirt-pull"))
+	create(t, ctx, deployment("kubevirt", "e2e-kubevirt", 1, "500m"), deployment("kubevirt-pull", "e2e-kubevirt-pull", 1, "500m"))
 	eventually(t, ctx, 6*time.Minute, "the pod to be bound", func(ctx context.Context) (bool, error) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "kubevirt"}, 1)
 	})
@@ -194,6 +199,38 @@ func TestKubeVirtNodes(t *testing.T) {
 		t.Errorf("the run log of %s (kubectl logs) shows no completed apply of the VM:\n%s", vmName, log)
 	}
 
+	// The image that cannot be pulled.
+	eventually(t, ctx, 4*time.Minute, "a kv-missing claim to show VMImagePullFailed, fail at its join timeout and be destroyed", func(ctx context.Context) (bool, error) {
+		for _, f := range tr.byType("kv-missing") {
+			if joinedAs(f, metav1.ConditionFalse, v1alpha1.ReasonVMImagePullFailed) && f.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
+				if c := f.StatusConditions().Get(v1alpha1.ConditionJoined); !strings.Contains(c.Message, devenv.InfraMissingImage) {
+					t.Errorf("Joined of %s: %q does not name the image", f.Name, c.Message)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubevirt-pull"}})
+	_ = env.kube.Delete(ctx, &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-kubevirt-pull"}})
+	eventually(t, ctx, 3*time.Minute, "every kv-missing claim and its VM to be gone", func(ctx context.Context) (bool, error) {
+		list := &v1alpha1.FulfillmentList{}
+		if err := env.kube.List(ctx, list); err != nil {
+			return false, err
+		}
+		for _, f := range list.Items {
+			if f.Spec.NodeType == "kv-missing" {
+				return false, nil
+			}
+		}
+		vms := &virtv1.VirtualMachineList{}
+		if err := infra.List(ctx, vms, client.InNamespace(devenv.InfraNamespace), client.MatchingLabels{corev1.LabelInstanceTypeStable: "kv-missing"}); err != nil {
+			return false, err
+		}
+		return len(vms.Items) == 0, nil
+	})
+	_ = env.kube.Delete(ctx, &v1alpha1.TofuNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-kubevirt-pull"}})
+
 	// A VM deleted by hand on the infra cluster: seen, the claim replaced, its state gone.
 	kubectl(t, "-n", devenv.InfraNamespace, "delete", "virtualmachine", vmName, "--wait=false")
 	eventually(t, ctx, 3*time.Minute, "the claim of the deleted VM to fail with MachineDeleted and be destroyed", func(ctx context.Context) (bool, error) {
@@ -243,34 +280,6 @@ func TestKubeVirtNodes(t *testing.T) {
 	})
 	assertNoVMs(t, ctx, infra)
 	cleanup(t, "kubevirt", "e2e-kubevirt", "e2e-kubevirt")
-}
-
-// TestKubeVirtImagePullFailure: a VM whose image cannot be pulled shows VMImagePullFailed with
-// the VM's own message while its claim waits, and the claim is replaced after its join
-// timeout with nothing leaked.
-func TestKubeVirtImagePullFailure(t *testing.T) {
-	ctx := ctxFor(t, 8*time.Minute)
-	tr := trackFulfillments(t)
-	infra := infraClient(t)
-	kubevirtCredentials(t, ctx, "e2e-kubevirt-pull-infra")
-	missing := kubevirtType("kv-missing", "0.01", "1Gi", 30*time.Second, map[string]string{"image": devenv.InfraMissingImage})
-	startScenario(t, ctx, kubevirtClass("e2e-kubevirt-pull", "e2e-kubevirt-pull-infra", missing), nodePool("e2e-kubevirt-pull", "e2e-kubevirt-pull"))
-	create(t, ctx, deployment("kubevirt-pull", "e2e-kubevirt-pull", 1, "500m"))
-	eventually(t, ctx, 4*time.Minute, "a claim to show VMImagePullFailed, fail at its join timeout and be destroyed", func(ctx context.Context) (bool, error) {
-		for _, f := range tr.byType("kv-missing") {
-			if joinedAs(f, metav1.ConditionFalse, v1alpha1.ReasonVMImagePullFailed) && f.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
-				c := f.StatusConditions().Get(v1alpha1.ConditionJoined)
-				if !strings.Contains(c.Message, devenv.InfraMissingImage) {
-					t.Errorf("Joined of %s: %q does not name the image", f.Name, c.Message)
-				}
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubevirt-pull"}})
-	cleanup(t, "kubevirt-pull", "e2e-kubevirt-pull", "e2e-kubevirt-pull")
-	assertNoVMs(t, ctx, infra)
 }
 
 // assertNoVMs checks that no VM and no cloud-init Secret is left on the infra cluster.
