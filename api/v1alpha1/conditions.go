@@ -75,6 +75,29 @@ const (
 	// ReasonJoinTimeout: the machine was created but its Node never registered within the
 	// node type's joinTimeout.
 	ReasonJoinTimeout = "JoinTimeout"
+	// ReasonMachineDeleted: the machine was deleted behind the fulfiller's back (its family
+	// saw it gone); the claim is replaced and its state cleaned up.
+	ReasonMachineDeleted = "MachineDeleted"
+)
+
+// Reasons of the Joined condition while a KubeVirt claim's VM has not joined (its family's
+// MachineWatcher), the message in the VM's own words. At the node type's join timeout an
+// unschedulable VM counts as insufficient capacity for its offering.
+const (
+	// ReasonVMScheduling: the VM's VMI waits for its launcher pod to be scheduled.
+	ReasonVMScheduling = "VMScheduling"
+	// ReasonVMUnschedulable: the infra cluster has no room for the VM (ErrorUnschedulable).
+	ReasonVMUnschedulable = "VMUnschedulable"
+	// ReasonVMImagePullFailed: the VM's disk image cannot be pulled (ErrImagePull,
+	// ImagePullBackOff).
+	ReasonVMImagePullFailed = "VMImagePullFailed"
+	// ReasonVMStartFailed: the VM fails to start (CrashLoopBackOff, a DataVolume error, a
+	// missing PVC).
+	ReasonVMStartFailed = "VMStartFailed"
+	// ReasonVMStarting: the VM is scheduled, or its disk provisioned, and starts.
+	ReasonVMStarting = "VMStarting"
+	// ReasonVMRunning: the VM runs, its guest has not joined yet.
+	ReasonVMRunning = "VMRunning"
 )
 
 // Reasons of the readiness gate conditions (CNIReady, GPUReady, GatesReady).
@@ -247,6 +270,28 @@ const (
 	ReasonFits = "Fits"
 	// ReasonLaunchable: at least one node type fits the registration window.
 	ReasonLaunchable = "Launchable"
+)
+
+// Conditions of a KubeVirt class (its family's checks, after the generic ones): the infra
+// cluster's credentials may create VMs and Secrets in the VM namespace, and the storage class
+// of its DataVolumes exists. Checked before any VM is created.
+const (
+	ConditionInfraAccessReady  = "InfraAccessReady"
+	ConditionStorageClassReady = "StorageClassReady"
+)
+
+// Reasons of the KubeVirt class conditions.
+const (
+	// ReasonInfraKubeconfigMissing: the class's credentials name no infra cluster (no
+	// KUBE_HOST, and no readable parameters.kubeconfig_path).
+	ReasonInfraKubeconfigMissing = "InfraKubeconfigMissing"
+	// ReasonInfraNamespaceForbidden: the infra credentials may not create what a VM needs in
+	// its namespace (a SelfSubjectAccessReview says so); the message names the verb, resource
+	// and namespace.
+	ReasonInfraNamespaceForbidden = "InfraNamespaceForbidden"
+	// ReasonStorageClassNotFound: a node type's storage_class does not exist on the infra
+	// cluster.
+	ReasonStorageClassNotFound = "StorageClassNotFound"
 )
 
 // Reasons of the JoinPreflight condition.

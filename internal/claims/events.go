@@ -51,9 +51,10 @@ func joinedEvent(obj runtime.Object, node string) events.Event {
 		Message: "node " + node + " registered; bootstrap token revoked", DedupeValues: []string{node}}
 }
 
-func joinTimeoutEvent(obj runtime.Object, message string) events.Event {
-	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonJoinTimeout,
-		Message: message}
+// joinFailedEvent: no node will join (JoinTimeout, the family's reason at the timeout, or
+// MachineDeleted).
+func joinFailedEvent(obj runtime.Object, reason, message string) events.Event {
+	return events.Event{InvolvedObject: obj, Type: corev1.EventTypeWarning, Reason: reason, Message: message}
 }
 
 func gateOpenedEvent(obj runtime.Object, cond, message string) events.Event {

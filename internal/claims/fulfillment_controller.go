@@ -98,6 +98,9 @@ type claimState struct {
 	// replaceClaim asks Karpenter to replace the claim; done only after the status that
 	// says why is written.
 	replaceClaim bool
+	// observed is the family's observation of the created machine (machineStage), nil when
+	// its family has no watcher or the machine is not created yet.
+	observed *family.Observation
 	// afterWrite runs once the status is written (metrics of what changed).
 	afterWrite []func()
 }
@@ -144,7 +147,7 @@ func (c *FulfillmentController) Reconcile(ctx context.Context, f *v1alpha1.Fulfi
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	return c.finish(ctx, s, f, []stage{&bootstrapStage{c}, &tokenStage{c}, &applyStage{c}, &joinStage{c}, &gateStage{c}, &initializationStage{c}, replaceStage{}})
+	return c.finish(ctx, s, f, []stage{&bootstrapStage{c}, &tokenStage{c}, &applyStage{c}, &machineStage{c}, &joinStage{c}, &gateStage{c}, &initializationStage{c}, replaceStage{}})
 }
 
 func (c *FulfillmentController) gather(ctx context.Context, f *v1alpha1.Fulfillment) (*claimState, error) {

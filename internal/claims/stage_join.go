@@ -17,7 +17,8 @@ import (
 const nodeProviderIDField = "spec.providerID"
 
 // joinStage waits for the Node with the claim's provider ID, revokes the bootstrap token as
-// soon as it is there, and gives up after the node type's join timeout.
+// soon as it is there, and gives up after the node type's join timeout (decideWaiting); while
+// it waits, the family's observation of the machine (machineStage) says why.
 type joinStage struct{ c *FulfillmentController }
 
 func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
@@ -46,14 +47,17 @@ func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 		timeout = s.nt.JoinTimeoutOrDefault()
 	}
 	waited := j.c.clock.Since(s.f.Status.Stages.Applied.Time)
-	if waited >= timeout {
-		msg := fmt.Sprintf("no node registered with provider id %s within %s of the apply", s.f.Status.ProviderID, timeout)
-		s.conds.SetFalse(v1alpha1.ConditionJoined, v1alpha1.ReasonJoinTimeout, msg)
-		s.events = append(s.events, joinTimeoutEvent(s.f, msg))
+	d := decideWaiting(s.observed, s.f.Status.ProviderID, waited, timeout)
+	if d.Fail {
+		s.conds.SetFalse(v1alpha1.ConditionJoined, d.Reason, d.Message)
+		s.events = append(s.events, joinFailedEvent(s.f, d.Reason, d.Message))
+		if d.MarkUnavailable {
+			j.c.unavailable.MarkUnavailable(s.f.Spec.NodeType, s.f.Spec.Zone, s.f.Spec.CapacityType)
+		}
 		s.replaceClaim = true
 		return reconcile.Result{}, nil
 	}
-	s.conds.SetUnknownWithReason(v1alpha1.ConditionJoined, v1alpha1.ReasonAwaitingNode, "machine created, waiting for its node to register")
+	s.conds.SetUnknownWithReason(v1alpha1.ConditionJoined, d.Reason, d.Message)
 	return reconcile.Result{RequeueAfter: min(5*time.Second, timeout-waited)}, nil
 }
 

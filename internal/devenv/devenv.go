@@ -1,5 +1,6 @@
-// Package devenv is the local environment: a real control plane, the fulfiller controller
-// (Karpenter core inside) with the local executor, and simulated machines — started in the
+// Package devenv is the local environment: a real control plane (also the KubeVirt infra
+// cluster, with the simulated virt controller in namespace kubevirt-infra), the fulfiller
+// controller (Karpenter core inside) with the local executor, and simulated machines — started in the
 // background by `fulfiller-dev dev up` and stopped by `fulfiller-dev dev down`.
 package devenv
 
@@ -24,6 +25,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+	kubevirtcrds "github.com/fulfiller-sh/fulfiller/internal/providers/kubevirt/standin/crds"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 )
 
@@ -165,7 +167,8 @@ func Serve(dir, executor string, hcloud bool) error {
 		}
 	}
 	start := time.Now()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: l.Cluster(), CRDs: controlplane.DefaultCRDs()})
+	// KubeVirt's CRDs: the environment's API server is also its KubeVirt infra cluster.
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: l.Cluster(), CRDs: append(controlplane.DefaultCRDs(), kubevirtcrds.CRDs()...)})
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
@@ -212,6 +215,11 @@ func Serve(dir, executor string, hcloud bool) error {
 			os.Remove(l.HcloudFile())
 		}()
 	}
+	stopKubeVirt, err := startKubeVirt(ctx, l, cp.Config, cs)
+	if err != nil {
+		return fmt.Errorf("starting the simulated virt controller: %w", err)
+	}
+	defer stopKubeVirt()
 	ctrl := &controller{layout: l}
 	if executor == ExecutorJob {
 		if err := runnerRBAC(ctx, cs); err != nil {

@@ -1,6 +1,7 @@
 package tfrunner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -165,6 +166,13 @@ func retryAfter(ctx context.Context, rules Rules, failure *RunError, diags []Dia
 	return &at
 }
 
+// Explainer (optional, of Rules) says in one line what broke in a diagnostic its rules
+// classified, when the words that say it come late in a long text (the API server's answer
+// after the provider's context) and ShortMessage would cut them; "" keeps the whole text.
+type Explainer interface {
+	Explain(d Diagnostic) string
+}
+
 // RuleSet holds the error rules of each family by name.
 type RuleSet map[string]Rules
 
@@ -230,7 +238,11 @@ func Classify(diags []Diagnostic, runErr error, rules Rules) *RunError {
 	if rules != nil {
 		for _, d := range errs {
 			if class, ok := rules.Classify(d); ok {
-				return newRunError(class, d.text())
+				msg := d.text()
+				if ex, ok := rules.(Explainer); ok {
+					msg = cmp.Or(ex.Explain(d), msg)
+				}
+				return newRunError(class, msg)
 			}
 		}
 	}

@@ -148,3 +148,16 @@ func assertNoSecret(t *testing.T, what, log string) {
 		}
 	}
 }
+
+// explainingRules are codeRules that say what broke: the summary from the code on ("" when
+// the summary does not hold it).
+type explainingRules struct{ codeRules }
+
+func (r explainingRules) Explain(d Diagnostic) string {
+	for code := range r.codeRules {
+		if i := strings.Index(d.Summary, code); i >= 0 {
+			return d.Summary[i:]
+		}
+	}
+	return ""
+}

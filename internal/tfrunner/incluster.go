@@ -2,6 +2,7 @@ package tfrunner
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,32 +20,44 @@ func runnerKubeconfig(workDir string) string {
 	return filepath.Join(workDir, homeSubdir, ".kube", "runner.kubeconfig")
 }
 
-// kubeAuthVars are the kubernetes backend's environment settings that say how to reach the
-// API server; when the request sets any of them, the runner leaves authentication alone.
-var kubeAuthVars = []string{"KUBE_CONFIG_PATH", "KUBE_CONFIG_PATHS", "KUBE_HOST", "KUBE_IN_CLUSTER_CONFIG", "KUBE_TOKEN"}
+// kubeConfigVars are the kubernetes backend's environment settings that name its own
+// kubeconfig or in-cluster configuration; when the request sets one of them, the runner
+// leaves the backend's authentication alone. KUBE_HOST, KUBE_TOKEN and the other connection
+// variables do not count: they are also a kubernetes or kubectl provider's (a KubeVirt
+// class's infra cluster), not the state's.
+var kubeConfigVars = []string{"KUBE_CONFIG_PATH", "KUBE_CONFIG_PATHS", "KUBE_IN_CLUSTER_CONFIG"}
 
-// serviceAccountEnv gives the kubernetes backend the runner's service account in a pod: a
-// kubeconfig (written to path) whose server comes from KUBERNETES_SERVICE_HOST/PORT and whose
-// token and CA are the mounted files, read by path, so a refreshed token is picked up. The
-// backend's in_cluster_config would read the same files, but only at their fixed path. It
-// returns nil when the run is not in a pod or the backend already has a way in.
-func serviceAccountEnv(backend Backend, env map[string]string, getenv func(string) string, path string) (map[string]string, error) {
+// shieldedBackendSettings are the kubernetes backend's settings whose defaults come from the
+// provider connection variables (KUBE_HOST, KUBE_TOKEN, KUBE_CLIENT_CERT_DATA, ...): set
+// explicitly empty, they keep a provider's credentials in the run's environment from
+// overriding the backend's own kubeconfig.
+var shieldedBackendSettings = []string{"host", "token", "username", "password", "client_certificate", "client_key",
+	"cluster_ca_certificate", "config_context", "config_context_auth_info", "config_context_cluster"}
+
+// serviceAccountBackend gives the kubernetes backend the runner's service account in a pod:
+// a kubeconfig (written to path) whose server comes from KUBERNETES_SERVICE_HOST/PORT and whose
+// token and CA are the mounted files, read by path, so a refreshed token is picked up (the
+// backend's in_cluster_config would read the same files, but only at their fixed path). It is
+// the backend's explicit config_path, with the settings a provider's environment would
+// override emptied (shieldedBackendSettings). It returns the backend unchanged when the run is
+// not in a pod or the backend already has a way in.
+func serviceAccountBackend(backend Backend, env map[string]string, getenv func(string) string, path string) (Backend, error) {
 	if backend.Type != "kubernetes" {
-		return nil, nil
+		return backend, nil
 	}
-	for _, k := range kubeAuthVars {
+	for _, k := range kubeConfigVars {
 		if env[k] != "" {
-			return nil, nil
+			return backend, nil
 		}
 	}
 	for _, k := range []string{"in_cluster_config", "config_path", "config_paths", "host", "token"} {
 		if backend.Config[k] != "" {
-			return nil, nil
+			return backend, nil
 		}
 	}
 	host, port := getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
-		return nil, nil
+		return backend, nil
 	}
 	dir := getenv(ServiceAccountDirEnv)
 	if dir == "" {
@@ -53,7 +66,7 @@ func serviceAccountEnv(backend Backend, env map[string]string, getenv func(strin
 	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
 	for _, f := range []string{token, ca} {
 		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("reading the runner's service account: %w", err)
+			return backend, fmt.Errorf("reading the runner's service account: %w", err)
 		}
 	}
 	server := "https://" + net.JoinHostPort(host, port)
@@ -74,10 +87,19 @@ contexts:
 current-context: runner
 `, server, ca, token)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("writing the runner's kubeconfig: %w", err)
+		return backend, fmt.Errorf("writing the runner's kubeconfig: %w", err)
 	}
 	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
-		return nil, fmt.Errorf("writing the runner's kubeconfig: %w", err)
+		return backend, fmt.Errorf("writing the runner's kubeconfig: %w", err)
 	}
-	return map[string]string{"KUBE_CONFIG_PATH": path}, nil
+	out := Backend{Type: backend.Type, Config: maps.Clone(backend.Config)}
+	if out.Config == nil {
+		out.Config = map[string]string{}
+	}
+	for _, k := range shieldedBackendSettings {
+		out.Config[k] = ""
+	}
+	out.Config["insecure"] = "false"
+	out.Config["config_path"] = path
+	return out, nil
 }

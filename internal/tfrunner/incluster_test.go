@@ -3,12 +3,13 @@ package tfrunner
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-func TestServiceAccountEnv(t *testing.T) {
+func TestServiceAccountBackend(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("sa-token\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -21,12 +22,24 @@ func TestServiceAccountEnv(t *testing.T) {
 	kube := Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "c", "namespace": "n"}}
 
 	path := filepath.Join(t.TempDir(), "home", ".kube", "config")
-	env, err := serviceAccountEnv(kube, map[string]string{}, getenv(inPod), path)
+	// A provider's connection variables (a KubeVirt class's infra cluster) in the run's
+	// environment: the backend still gets the runner's service account, and every setting
+	// those variables would override is set empty.
+	providerEnv := map[string]string{"KUBE_HOST": "https://infra:6443", "KUBE_TOKEN": "infra-token", "KUBE_CLUSTER_CA_CERT_DATA": "INFRA CA"}
+	got, err := serviceAccountBackend(kube, providerEnv, getenv(inPod), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env["KUBE_CONFIG_PATH"] != path {
-		t.Fatalf("env in a pod = %v", env)
+	if got.Config["config_path"] != path || got.Config["secret_suffix"] != "c" || got.Config["namespace"] != "n" || got.Config["insecure"] != "false" {
+		t.Fatalf("backend in a pod = %v", got.Config)
+	}
+	for _, k := range []string{"host", "token", "cluster_ca_certificate", "client_certificate", "client_key", "username", "password"} {
+		if v, ok := got.Config[k]; !ok || v != "" {
+			t.Errorf("backend setting %s = %q (set: %v), want set empty", k, v, ok)
+		}
+	}
+	if _, ok := kube.Config["config_path"]; ok {
+		t.Error("the request's backend was changed")
 	}
 	cfg, err := clientcmd.LoadFromFile(path)
 	if err != nil {
@@ -52,12 +65,12 @@ func TestServiceAccountEnv(t *testing.T) {
 		"kubeconfig given":      {kube, map[string]string{"KUBE_CONFIG_PATH": "/k"}, inPod},
 		"in-cluster configured": {Backend{Type: "kubernetes", Config: map[string]string{"in_cluster_config": "true"}}, map[string]string{}, inPod},
 	} {
-		if env, err := serviceAccountEnv(tc.backend, tc.env, getenv(tc.getenv), path); err != nil || env != nil {
-			t.Errorf("%s: env %v, err %v; want nothing", name, env, err)
+		if got, err := serviceAccountBackend(tc.backend, tc.env, getenv(tc.getenv), path); err != nil || !reflect.DeepEqual(got, tc.backend) {
+			t.Errorf("%s: backend %v, err %v; want it unchanged", name, got, err)
 		}
 	}
 	missing := map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443", ServiceAccountDirEnv: t.TempDir()}
-	if _, err := serviceAccountEnv(kube, map[string]string{}, getenv(missing), path); err == nil {
+	if _, err := serviceAccountBackend(kube, map[string]string{}, getenv(missing), path); err == nil {
 		t.Error("a pod without its token mounted: no error")
 	}
 }

@@ -92,6 +92,11 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	if err != nil {
 		return err
 	}
+	// In a pod, the kubernetes state backend authenticates as the runner's service account
+	// (req is this run's copy: the module cache and init see the same backend).
+	if req.Backend, err = serviceAccountBackend(req.Backend, env, os.Getenv, runnerKubeconfig(req.WorkDir)); err != nil {
+		return err
+	}
 	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
 	tofu := req.TofuPath
 	var cache *cachedRun
@@ -126,7 +131,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	if len(skipped) > 0 {
 		out.note("info", "not passing variables the module does not declare: "+strings.Join(skipped, ", "))
 	}
-	if env["KUBE_CONFIG_PATH"] == runnerKubeconfig(req.WorkDir) {
+	if req.Backend.Config["config_path"] == runnerKubeconfig(req.WorkDir) {
 		out.note("info", "state backend: authenticating as the pod's service account")
 	}
 
@@ -419,11 +424,6 @@ func runEnv(req Request) (map[string]string, error) {
 	}
 	maps.Copy(env, tofuEnvFromRunner())
 	maps.Copy(env, req.Env)
-	sa, err := serviceAccountEnv(req.Backend, env, os.Getenv, runnerKubeconfig(req.WorkDir))
-	if err != nil {
-		return nil, err
-	}
-	maps.Copy(env, sa)
 	if bad := tfexec.ProhibitedEnv(env); len(bad) > 0 {
 		sort.Strings(bad)
 		return nil, fmt.Errorf("%w: environment variables tofu must not get this way: %s", ErrInvalidRequest, strings.Join(bad, ", "))

@@ -14,8 +14,9 @@ terraform {
 # The infra cluster, from the environment (the class's spec.credentials): KUBE_HOST with
 # KUBE_TOKEN, or KUBE_CLIENT_CERT_DATA and KUBE_CLIENT_KEY_DATA, and KUBE_CLUSTER_CA_CERT_DATA
 # (also KUBE_INSECURE, KUBE_TLS_SERVER_NAME, KUBE_PROXY_URL). A kubeconfig file is read only
-# when parameters.kubeconfig_path names one: the runner's own KUBE_CONFIG_PATH is the state
-# backend's service account, not the infra cluster's.
+# when parameters.kubeconfig_path names one: KUBE_CONFIG_PATH is the state backend's (the
+# management cluster's), not the infra cluster's. The runner keeps these KUBE_* variables
+# from the kubernetes state backend (its settings they would override are set empty).
 provider "kubectl" {
   load_config_file  = local.p.kubeconfig_path != ""
   config_path       = local.p.kubeconfig_path != "" ? local.p.kubeconfig_path : null
