@@ -489,7 +489,7 @@ func controllerWritesOnlyItsFinalizer(ctx context.Context, t *testing.T) {
 	const denied = "ValidatingAdmissionPolicy"
 	// The policy is in force once the API server has read it: wait for the first refusal.
 	var err2 error
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		err2 = change(controller, func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "changed" })
 		return err2 != nil, nil
 	}); err != nil {
