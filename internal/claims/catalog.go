@@ -83,7 +83,7 @@ func (c *NodeClassController) catalogCheck(ctx context.Context, nc *v1alpha1.Tof
 		return verdict{}, err
 	}
 	now := c.clock.Now()
-	input := f.Name() + "/" + nc.Spec.Catalog.Prices + "/" + envDigest(env)
+	input := f.Name() + "/" + nc.Spec.Catalog.Prices + "/" + family.EnvDigest(env)
 	read, known := c.catalogs.get(nc.UID)
 	if !known || read.input != input {
 		read = catalogRead{input: input}

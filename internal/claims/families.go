@@ -2,11 +2,8 @@ package claims
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -87,7 +84,7 @@ func (c *NodeClassController) checkFamilyCredentials(ctx context.Context, nc *v1
 	if !ok {
 		return passed, nil
 	}
-	key := verdictKey{class: nc.UID, generation: nc.Generation, input: envDigest(env)}
+	key := verdictKey{class: nc.UID, generation: nc.Generation, input: family.EnvDigest(env)}
 	if v, ok := c.credentialChecks.get(key); ok {
 		return v, nil
 	}
@@ -103,20 +100,6 @@ func (c *NodeClassController) checkFamilyCredentials(ctx context.Context, nc *v1
 	}
 	c.credentialChecks.put(key, v, ttl)
 	return v, nil
-}
-
-// envDigest identifies a class's credentials without holding them.
-func envDigest(env map[string]string) string {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	h := sha256.New()
-	for _, k := range keys {
-		fmt.Fprintf(h, "%d:%s=%d:%s;", len(k), k, len(env[k]), env[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // verdictCache remembers verdicts for a while, per class and input.

@@ -176,21 +176,9 @@ func recordFailure(ctx context.Context, rec Recorder, server int, err error) err
 }
 
 func newActivator(getenv func(string) string, namespace, holder string, log io.Writer) (*Activator, error) {
-	cfg, err := ClientConfigFromEnv(getenv)
+	c, signer, err := clientAndSigner(getenv)
 	if err != nil {
 		return nil, err
-	}
-	c, err := NewClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	keyPEM := getenv(EnvSSHKey)
-	if keyPEM == "" {
-		return nil, fmt.Errorf("%w: %s not set", ErrInvalidCredentials, EnvSSHKey)
-	}
-	signer, err := ssh.ParsePrivateKey([]byte(keyPEM))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not an SSH private key: %w", ErrInvalidCredentials, EnvSSHKey, err)
 	}
 	a := &Activator{Client: c, Signer: signer, Log: log}
 	if namespace != "" {
@@ -201,6 +189,28 @@ func newActivator(getenv func(string) string, namespace, holder string, log io.W
 		a.Recorder = rec
 	}
 	return a, nil
+}
+
+// clientAndSigner are the Robot webservice client and the SSH key of the credentials in
+// getenv (HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY, ...).
+func clientAndSigner(getenv func(string) string) (*Client, ssh.Signer, error) {
+	cfg, err := ClientConfigFromEnv(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM := getenv(EnvSSHKey)
+	if keyPEM == "" {
+		return nil, nil, fmt.Errorf("%w: %s not set", ErrInvalidCredentials, EnvSSHKey)
+	}
+	signer, err := ssh.ParsePrivateKey([]byte(keyPEM))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s is not an SSH private key: %w", ErrInvalidCredentials, EnvSSHKey, err)
+	}
+	return c, signer, nil
 }
 
 // InventoryRecorder records attributes on servers' inventory items, guarded by the holder.

@@ -2,8 +2,6 @@ package robot
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -12,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/crypto/ssh"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
@@ -83,7 +79,7 @@ func (f *Family) Wait() { f.state().wg.Wait() }
 // that its Robot client's request budgets hold across Keep calls.
 func (f *Family) machinesFor(s family.Scope) (Machines, error) {
 	ks := f.state()
-	key := fmt.Sprintf("%s/%d/%s", s.Class.UID, s.Class.Generation, envKey(s.Env))
+	key := fmt.Sprintf("%s/%d/%s", s.Class.UID, s.Class.Generation, family.EnvDigest(s.Env))
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if m, ok := ks.machines[key]; ok {
@@ -106,38 +102,12 @@ func (f *Family) machinesFor(s family.Scope) (Machines, error) {
 	return m, nil
 }
 
-func envKey(env map[string]string) string {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	h := sha256.New()
-	for _, k := range keys {
-		fmt.Fprintf(h, "%d:%s=%d:%s;", len(k), k, len(env[k]), env[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
 // ActivatorMachines are the Machines of a class: its Robot credentials and SSH key
 // (spec.credentials) and where SSH is reached (spec.variables ssh_host, ssh_port).
 func ActivatorMachines(s family.Scope) (Machines, error) {
-	getenv := func(k string) string { return s.Env[k] }
-	cfg, err := ClientConfigFromEnv(getenv)
+	c, signer, err := clientAndSigner(func(k string) string { return s.Env[k] })
 	if err != nil {
 		return nil, err
-	}
-	c, err := NewClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	keyPEM := getenv(EnvSSHKey)
-	if keyPEM == "" {
-		return nil, fmt.Errorf("%w: %s not set", ErrInvalidCredentials, EnvSSHKey)
-	}
-	signer, err := ssh.ParsePrivateKey([]byte(keyPEM))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not an SSH private key: %w", ErrInvalidCredentials, EnvSSHKey, err)
 	}
 	vars := s.Class.Spec.Variables
 	a := &Activator{Client: c, Signer: signer, SSHHost: vars["ssh_host"]}
