@@ -166,6 +166,11 @@ func TestInstall(t *testing.T) {
 			{"get", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
 			{"update", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
 			{"delete", "coordination.k8s.io", "leases", stateNS, "lock-tfstate-default-claim-a", true},
+			// A finite pool's Lease per server (Hetzner Robot): created by the pool keeper, listed,
+			// leased and released by compare-and-swap.
+			{"create", "coordination.k8s.io", "leases", stateNS, "", true},
+			{"list", "coordination.k8s.io", "leases", stateNS, "", true},
+			{"update", "coordination.k8s.io", "leases", stateNS, "inventory-robot-321", true},
 			// Leader election.
 			{"update", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", true},
 			{"create", "coordination.k8s.io", "leases", releaseNS, "", true},
@@ -204,12 +209,11 @@ func TestInstall(t *testing.T) {
 			{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
 			// Not what it never does: create or delete a TofuNodeClass, write states (tofu
 			// does), touch other Leases of its namespace, or anything in the state namespace
-			// beyond states and locks.
+			// beyond states, locks and pool Leases.
 			{"delete", "fulfiller.sh", "tofunodeclasses", "", "sim", false},
 			{"create", "fulfiller.sh", "tofunodeclasses", "", "", false},
 			{"create", "", "secrets", stateNS, "", false},
 			{"update", "", "secrets", stateNS, "tfstate-default-claim-a", false},
-			{"create", "coordination.k8s.io", "leases", stateNS, "", false},
 			{"update", "coordination.k8s.io", "leases", releaseNS, "someone-elses-lease", false},
 			{"delete", "coordination.k8s.io", "leases", releaseNS, "fulfiller-leader-election", false},
 			{"create", "", "pods", stateNS, "", false},
@@ -488,9 +492,13 @@ func controllerWritesOnlyItsFinalizer(ctx context.Context, t *testing.T) {
 	}
 	const denied = "ValidatingAdmissionPolicy"
 	// The policy is in force once the API server has read it: wait for the first refusal.
+	// Each try is a new change: a change made before the policy was read would make the same
+	// change again a no-op, which the policy allows.
 	var err2 error
+	tries := 0
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		err2 = change(controller, func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "changed" })
+		tries++
+		err2 = change(controller, func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = fmt.Sprintf("changed-%d", tries) })
 		return err2 != nil, nil
 	}); err != nil {
 		t.Fatalf("the controller changed a class's spec: %v", err2)
