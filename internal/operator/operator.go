@@ -107,9 +107,11 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 		tofu = path
 	}
 	if opts.RunnerKubeconfig != "" {
-		// The kubernetes backend reads KUBE_CONFIG_PATH; provisioners read KUBECONFIG.
+		// The kubernetes backend reads KUBE_CONFIG_PATH; provisioners read KUBECONFIG, or
+		// FULFILLER_KUBECONFIG, which runs in a pod get too.
 		runEnv["KUBE_CONFIG_PATH"] = opts.RunnerKubeconfig
 		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
+		runEnv[tfrunner.ClusterKubeconfigEnv] = opts.RunnerKubeconfig
 	}
 	machine := lo.Must(tfrunner.ThisMachine())
 	logger.Info("runs limited by this machine", "bound", machine.Max(), "cpus", machine.CPUs, "memory", machine.Memory, "maxConcurrentRuns", opts.MaxConcurrentRuns)

@@ -15,6 +15,14 @@ const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // so that a node which mounts the volume elsewhere can say where).
 const ServiceAccountDirEnv = "FULFILLER_SERVICE_ACCOUNT_DIR"
 
+// ClusterKubeconfigEnv names, in the environment of tofu and so of a module's provisioners,
+// the kubeconfig of the cluster the fulfiller runs in: in a pod, the runner's service account
+// (the one the kubernetes state backend gets); for local runs, the controller's
+// --runner-kubeconfig. A provisioner that records something in the cluster (Hetzner Robot's
+// `fulfiller robot activate`, on its server's Lease) reads it; providers do not, so it never
+// becomes a class's provider credentials.
+const ClusterKubeconfigEnv = "FULFILLER_KUBECONFIG"
+
 // runnerKubeconfig is where a run in a pod keeps the kubeconfig of its service account.
 func runnerKubeconfig(workDir string) string {
 	return filepath.Join(workDir, homeSubdir, ".kube", "runner.kubeconfig")

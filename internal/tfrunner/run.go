@@ -97,6 +97,9 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	if req.Backend, err = serviceAccountBackend(req.Backend, env, os.Getenv, runnerKubeconfig(req.WorkDir)); err != nil {
 		return err
 	}
+	if path := runnerKubeconfig(req.WorkDir); req.Backend.Config["config_path"] == path {
+		env[ClusterKubeconfigEnv] = path
+	}
 	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
 	tofu := req.TofuPath
 	var cache *cachedRun

@@ -52,7 +52,7 @@ func hcloudClass(name, secret string, types ...v1alpha1.NodeType) *v1alpha1.Tofu
 			Module:      v1alpha1.ModuleSource{Source: filepath.Join(env.vars["MODULES"], "hetzner-cloud"), Version: "e2e"},
 			Credentials: []v1alpha1.CredentialsSource{{SecretName: secret}},
 			Bootstrap:   v1alpha1.BootstrapSpec{APIServerEndpoint: env.vars["API_SERVER"], TokenTTL: metav1.Duration{Duration: 15 * time.Minute}},
-			Variables:   map[string]string{"cluster": "e2e", "image": "ubuntu-24.04"},
+			Variables:   map[string]string{"image": "ubuntu-24.04"},
 			NodeTypes:   types,
 		},
 	}
@@ -245,7 +245,7 @@ func TestHcloud(t *testing.T) {
 		t.Errorf("claim %s/%s, server %s/%s; want cx23 in nbg1, the next cheapest offering", f.Spec.NodeType, f.Spec.Zone, srv.ServerType, srv.Location)
 	}
 	// The server as the API received it: the claim's labels and a JoinConfiguration.
-	for k, v := range map[string]string{"fulfiller.sh/cluster": "e2e", "fulfiller.sh/node": f.Name, "fulfiller.sh/node-type": "cx23", "karpenter.sh/nodepool": pool} {
+	for k, v := range map[string]string{"fulfiller.sh/cluster": devenv.ClusterName, "fulfiller.sh/node": f.Name, "fulfiller.sh/node-type": "cx23", "karpenter.sh/nodepool": pool} {
 		if srv.Labels[k] != v {
 			t.Errorf("server label %s = %q, want %q (labels %v)", k, srv.Labels[k], v, srv.Labels)
 		}

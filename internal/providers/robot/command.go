@@ -1,6 +1,7 @@
 package robot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -21,15 +22,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Environment of the command besides the webservice's (EnvUser, EnvPassword, EnvEndpoint).
 const (
 	// EnvSSHKey holds the fulfiller's SSH private key (OpenSSH or PEM format).
 	EnvSSHKey = "HROBOT_SSH_KEY"
-	// EnvKubeconfig is the kubeconfig of the cluster holding the inventory (the kubernetes
-	// state backend's variable); without it the in-cluster configuration is used.
-	EnvKubeconfig = "KUBE_CONFIG_PATH"
+	// EnvKubeconfig is the kubeconfig of the cluster holding the inventory, which the runner
+	// gives tofu's provisioners (tfrunner.ClusterKubeconfigEnv); EnvBackendKubeconfig, the
+	// kubernetes state backend's, is read when it is unset; without either the in-cluster
+	// configuration is used.
+	EnvKubeconfig        = tfrunner.ClusterKubeconfigEnv
+	EnvBackendKubeconfig = "KUBE_CONFIG_PATH"
 )
 
 // InventoryPool is the statelock inventory pool of Robot servers; items are server numbers.
@@ -42,7 +47,8 @@ const InventoryPool = "robot"
 //	fulfiller robot probe    --server N --host-key KEY
 //
 // Credentials come from the environment (HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY), the
-// inventory through KUBE_CONFIG_PATH or the pod's service account. Progress goes to stdout;
+// inventory through FULFILLER_KUBECONFIG (the runner's), KUBE_CONFIG_PATH or the pod's
+// service account. Progress goes to stdout;
 // a failure is one line on stderr, "robot error <Reason>: <message>", and exit code 1.
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -229,7 +235,7 @@ func (r InventoryRecorder) Record(ctx context.Context, server int, attrs map[str
 func newInventoryRecorder(getenv func(string) string, namespace, holder string) (Recorder, error) {
 	var cfg *rest.Config
 	var err error
-	if path := getenv(EnvKubeconfig); path != "" {
+	if path := cmp.Or(getenv(EnvKubeconfig), getenv(EnvBackendKubeconfig)); path != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", path)
 	} else {
 		cfg, err = rest.InClusterConfig()
