@@ -382,13 +382,14 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	secret := hcloudSecret("e2e-hcloud-orphans", map[string]string{"HCLOUD_ENDPOINT": api.Endpoint(), "HCLOUD_TOKEN": api.Token()})
 	create(t, ctx, secret)
 	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), secret) })
-	// cx23 in nbg1 for the orphan, the catalogue in fsn1 for the prices: an offering the
-	// killed claim might mark unavailable is not one the prices scenario needs.
+	// cx23 in nbg1 for the orphan, the catalogue in hel1 for the prices: the controller marks
+	// an offering that failed unavailable for minutes, whatever its class, so the prices use
+	// a location neither the killed claim nor TestHcloud (cx23 sold out in fsn1) tried.
 	startScenario(t, ctx, hcloudClass(orphanClass, secret.Name, hcloudType("cx23", "nbg1=0.0056")), nodePool(orphanPool, orphanClass))
 	prices := hcloudClass(priceClass, secret.Name)
 	prices.Spec.Catalog = &v1alpha1.Catalog{
 		Select:          []v1alpha1.TypeSelector{{Names: []string{"cx23", "cax11", "cx33"}}},
-		Zones:           []string{"fsn1"},
+		Zones:           []string{"hel1"},
 		RefreshInterval: &metav1.Duration{Duration: time.Minute},
 	}
 	pool := nodePool(pricePool, priceClass)
@@ -440,16 +441,16 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": priceApp}, 1)
 	})
 	first := poolFulfillments(t, ctx, pricePool)
-	if len(first) != 1 || first[0].Spec.NodeType != "cx23" || first[0].Spec.Zone != "fsn1" {
-		t.Fatalf("price pool claims %v, want one cx23 in fsn1 (0.0056, the cheapest of cx23, cax11 0.0064 and cx33 0.0088)", describeClaims(first))
+	if len(first) != 1 || first[0].Spec.NodeType != "cx23" || first[0].Spec.Zone != "hel1" {
+		t.Fatalf("price pool claims %v, want one cx23 in hel1 (0.0056, the cheapest of cx23, cax11 0.0064 and cx33 0.0088)", describeClaims(first))
 	}
 	nc := &v1alpha1.TofuNodeClass{}
 	if err := env.kube.Get(ctx, client.ObjectKey{Name: priceClass}, nc); err != nil {
 		t.Fatal(err)
 	}
 	before := nc.Status.Catalog.Refreshed.Time
-	if !api.SetPrice("cx23", "fsn1", 0.0099) {
-		t.Fatal("the stand-in has no cx23 price in fsn1")
+	if !api.SetPrice("cx23", "hel1", 0.0099) {
+		t.Fatal("the stand-in has no cx23 price in hel1")
 	}
 	raised := time.Now()
 	eventually(t, ctx, 2*time.Minute, "the class to read cx23's new price", func(ctx context.Context) (bool, error) {
@@ -479,8 +480,8 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 			second = append(second, f)
 		}
 	}
-	if len(second) != 1 || second[0].Spec.NodeType != "cax11" || second[0].Spec.Zone != "fsn1" {
-		t.Errorf("new claims after cx23's price rose: %v, want one cax11 in fsn1 (0.0064, now the cheapest)", describeClaims(second))
+	if len(second) != 1 || second[0].Spec.NodeType != "cax11" || second[0].Spec.Zone != "hel1" {
+		t.Errorf("new claims after cx23's price rose: %v, want one cax11 in hel1 (0.0064, now the cheapest)", describeClaims(second))
 	}
 
 	// The orphan: deleted once older than the grace period, with an event naming it.
@@ -496,6 +497,9 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 		case r.Method == "DELETE" && (r.Path == fmt.Sprintf("/servers/%d", foreign.ID) || r.Path == fmt.Sprintf("/servers/%d", unlabelled.ID)):
 			t.Errorf("the API saw %s", r)
 		}
+	}
+	if deleted.IsZero() {
+		t.Fatalf("server %d is gone, but the API's log has no DELETE of it", o.server.ID)
 	}
 	age := deleted.Sub(o.server.Created)
 	t.Logf("orphaned server %d deleted %s after its creation (grace %s)", o.server.ID, age.Round(time.Second), devenv.OrphanGrace)
