@@ -353,6 +353,8 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 		v1alpha1.LabelNodeClass: orphanClass, "fulfiller.sh/node": "gone-claim", karpv1.NodePoolLabelKey: orphanPool,
 	})
 	unlabelled := createServerDirectly(t, api, "hand-made", nil)
+	const orphansDeleted, hcloudMachines = "fulfiller_orphans_deleted_total", `family="hcloud",kind="machine"`
+	deletedBefore := metricValue(t, orphansDeleted, hcloudMachines)
 
 	// The first server of the orphan pool: its runner is killed as soon as the create is
 	// answered, then its pod and its claim are deleted.
@@ -415,7 +417,9 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	t.Cleanup(func() {
 		// The server's machine may have joined before its claim went; with no
 		// cloud-controller-manager here, nothing else deletes its Node.
-		_ = env.kube.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.server.Name}})
+		if err := env.kube.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.server.Name}}); err == nil {
+			t.Logf("the orphaned server's machine had joined as node %s: deleted it", o.server.Name)
+		}
 	})
 	key, err := statelock.KeyFor(o.claim)
 	if err != nil {
@@ -509,6 +513,9 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	ev := eventFor(t, ctx, "TofuNodeClass", orphanClass, v1alpha1.ReasonOrphanMachineDeleted)
 	if !strings.Contains(ev.Message, o.server.Name) || !strings.Contains(ev.Message, strconv.FormatInt(o.server.ID, 10)) || !strings.Contains(ev.Message, o.claim) {
 		t.Errorf("event %q does not name server %s (%d) of claim %s", ev.Message, o.server.Name, o.server.ID, o.claim)
+	}
+	if n := metricValue(t, orphansDeleted, hcloudMachines) - deletedBefore; n != 1 {
+		t.Errorf("%s{%s} rose by %v, want 1", orphansDeleted, hcloudMachines, n)
 	}
 	for _, srv := range []standin.Server{foreign, unlabelled} {
 		if _, ok := api.Server(srv.ID); !ok {
