@@ -231,11 +231,11 @@ func (s *StandIn) createServer(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	resp, e := s.create(req)
+	hook := s.afterCreate
 	var created Server
-	if e == nil {
+	if e == nil && hook != nil {
 		created = s.servers[resp["server"].(jsonServer).ID].view()
 	}
-	hook := s.afterCreate
 	s.mu.Unlock()
 	if e != nil {
 		writeError(w, e)
