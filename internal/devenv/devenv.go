@@ -39,6 +39,9 @@ const (
 	ClusterName    = "fulfiller-dev"
 )
 
+// OrphanGrace is the controller's FULFILLER_ORPHAN_GRACE here: the shortest it takes.
+const OrphanGrace = time.Minute
+
 // Layout of an environment folder.
 type Layout struct{ Dir string }
 
@@ -283,6 +286,9 @@ func (c *controller) start() error {
 		"KUBECONFIG="+c.layout.Kubeconfig(),
 		"FULFILLER_NAMESPACE="+Namespace,
 		"FULFILLER_CLUSTER_NAME="+ClusterName,
+		// The shortest orphan grace the controller takes: machines left without a claim (an
+		// e2e scenario makes one) are collected about a minute after they were created, not ten.
+		"FULFILLER_ORPHAN_GRACE="+OrphanGrace.String(),
 		"FULFILLER_STATE_NAMESPACE="+StateNamespace,
 		"FULFILLER_RUNS_DIR="+c.layout.Runs(),
 		"FULFILLER_TOFU="+tofu,

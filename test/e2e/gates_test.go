@@ -261,6 +261,13 @@ func readyFulfillment(t *testing.T, ctx context.Context, nodeType string) *v1alp
 // one gate, node type and policy.
 func gateTimeouts(t *testing.T, gate, nodeType, policy string) float64 {
 	t.Helper()
+	return metricValue(t, "fulfiller_readiness_gate_timeouts_total", fmt.Sprintf(`gate=%q,node_type=%q,policy=%q`, gate, nodeType, policy))
+}
+
+// metricValue scrapes the controller's metrics endpoint for a metric's value on the series
+// whose labels contain labels (in the exposition's order: sorted by name); 0 if it has none.
+func metricValue(t *testing.T, name, labels string) float64 {
+	t.Helper()
 	port, err := os.ReadFile(devenv.Layout{Dir: env.dir}.MetricsPortFile())
 	if err != nil {
 		t.Fatal(err)
@@ -270,12 +277,11 @@ func gateTimeouts(t *testing.T, gate, nodeType, policy string) float64 {
 		t.Fatalf("scraping metrics: %v", err)
 	}
 	defer resp.Body.Close()
-	labels := fmt.Sprintf(`gate=%q,node_type=%q,policy=%q`, gate, nodeType, policy)
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "fulfiller_readiness_gate_timeouts_total{") || !strings.Contains(line, labels) {
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
 			continue
 		}
 		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)

@@ -1,19 +1,27 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/awslabs/operatorpkg/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -21,7 +29,9 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // startHcloud starts a Hetzner Cloud API stand-in in the test process whose servers boot
@@ -313,4 +323,295 @@ func TestHcloud(t *testing.T) {
 		t.Errorf("servers left after scale to zero: %+v", servers)
 	}
 	cleanupHcloud()
+}
+
+// TestHcloudOrphansAndPrices: what the Hetzner Cloud family's inventory and catalogue do
+// through the real controller and Karpenter.
+//
+// Orphans: a runner is killed the moment the API has answered its server create, before tofu
+// could write the server into the state, and the claim is deleted: the claim, its
+// Fulfillment and its state go, the server stays (nothing knows it). The orphan collector
+// deletes it once it is older than the grace period (FULFILLER_ORPHAN_GRACE, a minute here),
+// with an event on its class naming it. A server labelled as another cluster's and a server
+// with no labels, made in the same project, are never deleted.
+//
+// Prices, meanwhile: a class whose node types come from the catalogue (spec.catalog, read
+// every minute) puts a pending pod on the cheapest fitting offering, cx23; once the API's
+// price of cx23 rises above cax11's, the next refresh changes the class's prices and a new
+// pod lands on cax11.
+func TestHcloudOrphansAndPrices(t *testing.T) {
+	ctx := ctxFor(t, 15*time.Minute)
+	api := startHcloud(t)
+	const orphanClass, orphanPool, orphanApp = "e2e-hcloud-orphan", "e2e-hcloud-orphan", "hcloud-orphan"
+	const priceClass, pricePool, priceApp = "e2e-hcloud-prices", "e2e-hcloud-prices", "hcloud-prices"
+	cs := clientset(t)
+
+	// Servers of the same project the collector must never touch: one of another cluster
+	// (labelled as a claim of this class would be), one with no labels.
+	foreign := createServerDirectly(t, api, "other-cluster-node", map[string]string{
+		v1alpha1.LabelCluster: "other-cluster", v1alpha1.LabelNodeClaim: "gone-claim",
+		v1alpha1.LabelNodeClass: orphanClass, "fulfiller.sh/node": "gone-claim", karpv1.NodePoolLabelKey: orphanPool,
+	})
+	unlabelled := createServerDirectly(t, api, "hand-made", nil)
+	const orphansDeleted, hcloudMachines = "fulfiller_orphans_deleted_total", `family="hcloud",kind="machine"`
+	deletedBefore := metricValue(t, orphansDeleted, hcloudMachines)
+
+	// The first server of the orphan pool: its runner is killed as soon as the create is
+	// answered, then its pod and its claim are deleted.
+	type orphan struct {
+		server     standin.Server
+		claim, run string
+		err        error
+	}
+	orphaned := make(chan orphan, 1)
+	var once sync.Once
+	api.AfterCreate(func(srv standin.Server) {
+		if srv.Labels[karpv1.NodePoolLabelKey] != orphanPool || srv.Labels[v1alpha1.LabelCluster] != devenv.ClusterName {
+			return
+		}
+		once.Do(func() {
+			o := orphan{server: srv, claim: srv.Labels[v1alpha1.LabelNodeClaim]}
+			o.run, o.err = killApply(ctx, cs, o.claim)
+			if o.err == nil {
+				o.err = errors.Join(
+					client.IgnoreNotFound(env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: orphanApp}})),
+					env.kube.Delete(ctx, &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: o.claim}}))
+			}
+			orphaned <- o
+		})
+	})
+
+	secret := hcloudSecret("e2e-hcloud-orphans", map[string]string{"HCLOUD_ENDPOINT": api.Endpoint(), "HCLOUD_TOKEN": api.Token()})
+	create(t, ctx, secret)
+	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), secret) })
+	// cx23 in nbg1 for the orphan, the catalogue in hel1 for the prices: the controller marks
+	// an offering that failed unavailable for minutes, whatever its class, so the prices use
+	// a location neither the killed claim nor TestHcloud (cx23 sold out in fsn1) tried.
+	startScenario(t, ctx, hcloudClass(orphanClass, secret.Name, hcloudType("cx23", "nbg1=0.0056")), nodePool(orphanPool, orphanClass))
+	prices := hcloudClass(priceClass, secret.Name)
+	prices.Spec.Catalog = &v1alpha1.Catalog{
+		Select:          []v1alpha1.TypeSelector{{Names: []string{"cx23", "cax11", "cx33"}}},
+		Zones:           []string{"hel1"},
+		RefreshInterval: &metav1.Duration{Duration: time.Minute},
+	}
+	pool := nodePool(pricePool, priceClass)
+	// Consolidation would replace the cx23 node by a cheaper one once prices change.
+	pool.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
+	startScenario(t, ctx, prices, pool)
+	t.Cleanup(func() {
+		cleanup(t, priceApp, pricePool, priceClass)
+		cleanup(t, orphanApp, orphanPool, orphanClass)
+	})
+
+	create(t, ctx, deployment(orphanApp, orphanPool, 1, "500m"))
+	var o orphan
+	select {
+	case o = <-orphaned:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("no server of the orphan pool was created within 5 minutes")
+	}
+	if o.err != nil {
+		t.Fatalf("killing the apply of %s after server %d was created: %v", o.claim, o.server.ID, o.err)
+	}
+	t.Logf("killed run %s of claim %s right after the API created server %s (%d)", o.run, o.claim, o.server.Name, o.server.ID)
+	t.Cleanup(func() {
+		// The server's machine may have joined before its claim went; with no
+		// cloud-controller-manager here, nothing else deletes its Node.
+		if err := env.kube.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.server.Name}}); err == nil {
+			t.Logf("the orphaned server's machine had joined as node %s: deleted it", o.server.Name)
+		}
+	})
+	key, err := statelock.KeyFor(o.claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, 4*time.Minute, "the claim "+o.claim+", its Fulfillment and its state to be gone", func(ctx context.Context) (bool, error) {
+		for _, obj := range []client.Object{&karpv1.NodeClaim{}, &v1alpha1.Fulfillment{}} {
+			if err := env.kube.Get(ctx, client.ObjectKey{Name: o.claim}, obj); !apierrors.IsNotFound(err) {
+				return false, err
+			}
+		}
+		exists, err := statelock.Exists(ctx, env.kube, devenv.StateNamespace, key)
+		return !exists, err
+	})
+	if _, ok := api.Server(o.server.ID); !ok {
+		t.Fatalf("server %d is gone with its claim: the kill came too late to orphan it", o.server.ID)
+	}
+	t.Logf("claim %s destroyed without its server, %s after the server's creation", o.claim, time.Since(o.server.Created).Round(time.Second))
+
+	// Prices, while the orphan ages: the cheapest offering first.
+	create(t, ctx, deployment(priceApp, pricePool, 1, "1500m"))
+	eventually(t, ctx, 4*time.Minute, "the first price pod to be bound", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": priceApp}, 1)
+	})
+	first := poolFulfillments(t, ctx, pricePool)
+	if len(first) != 1 || first[0].Spec.NodeType != "cx23" || first[0].Spec.Zone != "hel1" {
+		t.Fatalf("price pool claims %v, want one cx23 in hel1 (0.0056, the cheapest of cx23, cax11 0.0064 and cx33 0.0088)", describeClaims(first))
+	}
+	nc := &v1alpha1.TofuNodeClass{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: priceClass}, nc); err != nil {
+		t.Fatal(err)
+	}
+	before := nc.Status.Catalog.Refreshed.Time
+	if !api.SetPrice("cx23", "hel1", 0.0099) {
+		t.Fatal("the stand-in has no cx23 price in hel1")
+	}
+	raised := time.Now()
+	eventually(t, ctx, 2*time.Minute, "the class to read cx23's new price", func(ctx context.Context) (bool, error) {
+		if err := env.kube.Get(ctx, client.ObjectKey{Name: priceClass}, nc); err != nil {
+			return false, err
+		}
+		nt, ok := nc.NodeType("cx23")
+		if !ok || len(nt.Offerings) != 1 {
+			return false, nil
+		}
+		price, err := strconv.ParseFloat(nt.Offerings[0].Price, 64)
+		return err == nil && price > 0.0064, nil
+	})
+	took := time.Since(raised)
+	t.Logf("cx23's new price reached the class %s after it was raised (read %s after the previous read)",
+		took.Round(time.Second), nc.Status.Catalog.Refreshed.Sub(before))
+	if took > time.Minute+15*time.Second {
+		t.Errorf("cx23's new price reached the class %s after it was raised, want within one refresh interval (1m)", took)
+	}
+	scale(t, ctx, priceApp, 2)
+	eventually(t, ctx, 4*time.Minute, "the second price pod to be bound", func(ctx context.Context) (bool, error) {
+		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": priceApp}, 2)
+	})
+	var second []v1alpha1.Fulfillment
+	for _, f := range poolFulfillments(t, ctx, pricePool) {
+		if f.Name != first[0].Name {
+			second = append(second, f)
+		}
+	}
+	if len(second) != 1 || second[0].Spec.NodeType != "cax11" || second[0].Spec.Zone != "hel1" {
+		t.Errorf("new claims after cx23's price rose: %v, want one cax11 in hel1 (0.0064, now the cheapest)", describeClaims(second))
+	}
+
+	// The orphan: deleted once older than the grace period, with an event naming it.
+	eventually(t, ctx, 4*time.Minute, fmt.Sprintf("the orphaned server %d to be deleted", o.server.ID), func(ctx context.Context) (bool, error) {
+		_, ok := api.Server(o.server.ID)
+		return !ok, nil
+	})
+	var deleted time.Time
+	for _, r := range api.Requests() {
+		switch {
+		case r.Method == "DELETE" && r.Path == fmt.Sprintf("/servers/%d", o.server.ID):
+			deleted = r.Time
+		case r.Method == "DELETE" && (r.Path == fmt.Sprintf("/servers/%d", foreign.ID) || r.Path == fmt.Sprintf("/servers/%d", unlabelled.ID)):
+			t.Errorf("the API saw %s", r)
+		}
+	}
+	if deleted.IsZero() {
+		t.Fatalf("server %d is gone, but the API's log has no DELETE of it", o.server.ID)
+	}
+	age := deleted.Sub(o.server.Created)
+	t.Logf("orphaned server %d deleted %s after its creation (grace %s)", o.server.ID, age.Round(time.Second), devenv.OrphanGrace)
+	if age < devenv.OrphanGrace {
+		t.Errorf("the orphaned server was deleted %s after its creation, before the grace period (%s)", age, devenv.OrphanGrace)
+	}
+	ev := eventFor(t, ctx, "TofuNodeClass", orphanClass, v1alpha1.ReasonOrphanMachineDeleted)
+	if !strings.Contains(ev.Message, o.server.Name) || !strings.Contains(ev.Message, strconv.FormatInt(o.server.ID, 10)) || !strings.Contains(ev.Message, o.claim) {
+		t.Errorf("event %q does not name server %s (%d) of claim %s", ev.Message, o.server.Name, o.server.ID, o.claim)
+	}
+	if n := metricValue(t, orphansDeleted, hcloudMachines) - deletedBefore; n != 1 {
+		t.Errorf("%s{%s} rose by %v, want 1", orphansDeleted, hcloudMachines, n)
+	}
+	for _, srv := range []standin.Server{foreign, unlabelled} {
+		if _, ok := api.Server(srv.ID); !ok {
+			t.Errorf("server %s (%d, labels %v) was deleted", srv.Name, srv.ID, srv.Labels)
+		}
+	}
+	servers := 0
+	for _, srv := range api.Servers() {
+		if srv.Labels[karpv1.NodePoolLabelKey] == orphanPool && srv.Labels[v1alpha1.LabelCluster] == devenv.ClusterName {
+			servers++
+		}
+	}
+	if servers != 0 {
+		t.Errorf("%d servers of the orphan pool left", servers)
+	}
+}
+
+// killApply kills the running apply of a claim (its latest run).
+func killApply(ctx context.Context, cs kubernetes.Interface, claim string) (string, error) {
+	f := &v1alpha1.Fulfillment{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: claim}, f); err != nil {
+		return "", err
+	}
+	for i := len(f.Status.Runs) - 1; i >= 0; i-- {
+		if run := f.Status.Runs[i]; run.Operation == string(tfrunner.Apply) {
+			return run.Name, killRun(ctx, cs, run.Name)
+		}
+	}
+	return "", fmt.Errorf("fulfillment %s shows no apply", claim)
+}
+
+// createServerDirectly creates a server through the stand-in's API, as a person or another
+// cluster's tooling would: stopped, it boots no machine.
+func createServerDirectly(t *testing.T, api *standin.StandIn, name string, labels map[string]string) standin.Server {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"name": name, "server_type": "cx23", "image": "ubuntu-24.04", "location": "fsn1",
+		"start_after_create": false, "labels": labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, api.Endpoint()+"/servers", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+api.Token())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Server struct {
+			ID int64 `json:"id"`
+		} `json:"server"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("creating server %s: HTTP %d, %v", name, resp.StatusCode, err)
+	}
+	srv, ok := api.Server(out.Server.ID)
+	if !ok {
+		t.Fatalf("server %s (%d) is not in the stand-in", name, out.Server.ID)
+	}
+	return srv
+}
+
+// poolFulfillments are the Fulfillments of a NodePool's claims.
+func poolFulfillments(t *testing.T, ctx context.Context, pool string) []v1alpha1.Fulfillment {
+	t.Helper()
+	var out []v1alpha1.Fulfillment
+	for _, f := range fulfillments(t, ctx) {
+		if f.Spec.NodePool == pool {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func describeClaims(ffs []v1alpha1.Fulfillment) []string {
+	var out []string
+	for _, f := range ffs {
+		out = append(out, f.Name+" "+f.Spec.NodeType+"/"+f.Spec.Zone)
+	}
+	return out
+}
+
+// scale sets a Deployment's replicas.
+func scale(t *testing.T, ctx context.Context, name string, replicas int32) {
+	t.Helper()
+	deploy := &appsv1.Deployment{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, deploy); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(deploy.DeepCopy())
+	deploy.Spec.Replicas = &replicas
+	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
+		t.Fatal(err)
+	}
 }

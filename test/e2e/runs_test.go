@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -113,21 +115,29 @@ func TestKilledRunnerLockIsRecovered(t *testing.T) {
 // the runner pod's container through the stand-in kubelet, or a local run's session.
 func killRunner(t *testing.T, ctx context.Context, run string) {
 	t.Helper()
+	if err := killRun(ctx, clientset(t), run); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killRun is killRunner for any goroutine: it returns what went wrong.
+func killRun(ctx context.Context, cs kubernetes.Interface, run string) error {
 	if env.executor == devenv.ExecutorJob {
-		pods, err := clientset(t).CoreV1().Pods(devenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + run})
-		if err != nil || len(pods.Items) != 1 {
-			t.Fatalf("pods of run %s: %v, %v", run, pods, err)
+		pods, err := cs.CoreV1().Pods(devenv.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + run})
+		if err != nil {
+			return fmt.Errorf("pods of run %s: %w", run, err)
 		}
-		if err := kubelet.KillContainer(devenv.Layout{Dir: env.dir}.Kubelet(), &pods.Items[0]); err != nil {
-			t.Fatal(err)
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("run %s has %d pods, want 1", run, len(pods.Items))
 		}
-		return
+		return kubelet.KillContainer(devenv.Layout{Dir: env.dir}.Kubelet(), &pods.Items[0])
 	}
 	pid, ok := proc.ReadPIDFile(filepath.Join(devenv.Layout{Dir: env.dir}.Runs(), run, tfrunner.PIDFileName))
 	if !ok {
-		t.Fatalf("run %s has no pid file", run)
+		return fmt.Errorf("run %s has no pid file", run)
 	}
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing run %s: %v", run, err)
+		return fmt.Errorf("killing run %s: %w", run, err)
 	}
+	return nil
 }

@@ -231,12 +231,31 @@ func (s *StandIn) createServer(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	resp, e := s.create(req)
+	hook := s.afterCreate
+	var created Server
+	if e == nil && hook != nil {
+		created = s.servers[resp["server"].(jsonServer).ID].view()
+	}
 	s.mu.Unlock()
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	writeJSON(w, http.StatusCreated, resp)
+	if hook != nil {
+		// The client has the whole answer before the hook runs (writeJSON sets its length).
+		_ = http.NewResponseController(w).Flush()
+		hook(created)
+	}
+}
+
+// AfterCreate sets a function the stand-in calls with every server it creates, once the
+// create's answer was sent and before the request ends (nil: none). Tests act through it at
+// that moment: kill the client that created the server before it could record it.
+func (s *StandIn) AfterCreate(fn func(Server)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.afterCreate = fn
 }
 
 // create validates a create request and creates the server. Callers hold s.mu.

@@ -112,6 +112,7 @@ type StandIn struct {
 	faults          faults
 	requests        []Request
 	addresses       int
+	afterCreate     func(Server)
 }
 
 // Start starts a stand-in listening on opts.Addr. Close it when done.
@@ -317,6 +318,9 @@ func (r *recorder) WriteHeader(status int) {
 	r.status = status
 	r.ResponseWriter.WriteHeader(status)
 }
+
+// Unwrap lets http.ResponseController reach the connection's writer (to flush it).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func correlationID() string {
 	b := make([]byte, 8)

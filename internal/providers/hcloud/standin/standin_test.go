@@ -596,3 +596,36 @@ func publicKey(comment string) string {
 	}
 	return "ssh-ed25519 " + base64.StdEncoding.EncodeToString(blob) + " " + comment + "@example"
 }
+
+// TestAfterCreate: the hook sees each created server after the client has its whole answer,
+// while the request is still open: the client can act on the answer before the hook returns.
+func TestAfterCreate(t *testing.T) {
+	ctx := context.Background()
+	s := quick(t, standin.Options{})
+	answered := make(chan int64, 1)
+	hooked := make(chan standin.Server, 1)
+	s.AfterCreate(func(srv standin.Server) {
+		select {
+		case id := <-answered:
+			if id != srv.ID {
+				t.Errorf("the client was answered server %d, the hook saw %d", id, srv.ID)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the client had no answer while the hook ran")
+		}
+		hooked <- srv
+	})
+	res, _, err := newClient(s).Server.Create(ctx, createOpts("hooked"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered <- res.Server.ID
+	srv := <-hooked
+	if srv.Name != "hooked" || srv.ServerType != "cx23" {
+		t.Errorf("the hook saw %+v", srv)
+	}
+	s.AfterCreate(nil)
+	if _, _, err := newClient(s).Server.Create(ctx, createOpts("not-hooked")); err != nil {
+		t.Fatal(err)
+	}
+}
