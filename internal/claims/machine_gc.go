@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,11 @@ import (
 // created right now is never taken for an orphan.
 const DefaultOrphanGrace = 10 * time.Minute
 
+// orphanNodeWatch is how long after deleting an orphaned machine the collector still deletes
+// a Node with its provider ID: a machine that had joined may register its Node again while it
+// stops.
+const orphanNodeWatch = 10 * time.Minute
+
 // Labels the OpenTofu kubernetes backend puts on every state Secret.
 const (
 	labelTFState       = "tfstate"
@@ -38,7 +44,7 @@ var orphansDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "fulfiller",
 	Subsystem: "orphans",
 	Name:      "deleted_total",
-	Help:      "Orphaned machines and states the collector deleted, by kind (machine, state) and family.",
+	Help:      "Orphaned machines, their Nodes and states the collector deleted, by kind (machine, node, state) and family.",
 }, []string{"kind", "family"})
 
 func init() { crmetrics.Registry.MustRegister(orphansDeleted) }
@@ -62,6 +68,16 @@ type MachineCollector struct {
 	// name no backend namespace.
 	namespace, stateNamespace string
 	grace, interval           time.Duration
+
+	// deleted are the machines this collector deleted, by provider ID.
+	mu      sync.Mutex
+	deleted map[string]deletedMachine
+}
+
+// deletedMachine is when the collector deleted a machine, and its family.
+type deletedMachine struct {
+	at     time.Time
+	family string
 }
 
 // NewMachineCollector returns a collector that runs every interval.
@@ -74,7 +90,7 @@ func NewMachineCollector(kube client.Client, apiReader client.Reader, clk clock.
 		grace = DefaultOrphanGrace
 	}
 	return &MachineCollector{kube: kube, apiReader: apiReader, clock: clk, recorder: recorder, families: families, cluster: cluster,
-		namespace: namespace, stateNamespace: stateNamespace, grace: grace, interval: interval}
+		namespace: namespace, stateNamespace: stateNamespace, grace: grace, interval: interval, deleted: map[string]deletedMachine{}}
 }
 
 // Register runs the collector on the leader, every interval.
@@ -173,6 +189,9 @@ func (o *MachineCollector) Collect(ctx context.Context) error {
 	if err := o.collectStates(ctx, classes.Items, unproven, live); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.collectNodes(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -191,12 +210,64 @@ func (o *MachineCollector) collectMachine(ctx context.Context, l inventoried, m 
 		return fmt.Errorf("deleting orphaned machine %s (%s) of nodeclass %s: %w", m.Name, m.ID, l.class.Name, err)
 	}
 	orphansDeleted.WithLabelValues("machine", l.family.Name()).Inc()
+	if m.ProviderID != "" {
+		o.mu.Lock()
+		o.deleted[m.ProviderID] = deletedMachine{at: o.clock.Now(), family: l.family.Name()}
+		o.mu.Unlock()
+	}
 	message := fmt.Sprintf("deleted machine %s (%s %s) of claim %s: it has no NodeClaim, Fulfillment or state and is %s old",
 		m.Name, l.family.Name(), m.ID, m.Claim, shortDuration(o.clock.Since(m.Created).Truncate(time.Second)))
 	log.FromContext(ctx).Info(message, "nodeclass", l.class.Name)
 	o.recorder.Publish(events.Event{InvolvedObject: l.class, Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonOrphanMachineDeleted,
 		Message: message, DedupeValues: []string{m.ID}})
 	return nil
+}
+
+// collectNodes deletes the Nodes of the machines this collector deleted: a machine that had
+// joined before its claim went leaves its Node behind, which, with no cloud-controller-manager,
+// nothing else removes. A Node is deleted when its provider ID is one of theirs, deleted within
+// orphanNodeWatch, and no NodeClaim has that provider ID.
+func (o *MachineCollector) collectNodes(ctx context.Context) error {
+	o.mu.Lock()
+	watched := map[string]string{} // provider ID → family
+	for id, d := range o.deleted {
+		if o.clock.Since(d.at) > orphanNodeWatch {
+			delete(o.deleted, id)
+			continue
+		}
+		watched[id] = d.family
+	}
+	o.mu.Unlock()
+	if len(watched) == 0 {
+		return nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := o.kube.List(ctx, nodes); err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	claims := &karpv1.NodeClaimList{}
+	if err := o.apiReader.List(ctx, claims); err != nil {
+		return fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	for _, c := range claims.Items {
+		delete(watched, c.Status.ProviderID)
+	}
+	var errs []error
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		fam, ok := watched[n.Spec.ProviderID]
+		if !ok {
+			continue
+		}
+		err := o.kube.Delete(ctx, n, client.Preconditions{UID: &n.UID})
+		if client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting node %s of an orphaned machine: %w", n.Name, err))
+			continue
+		}
+		orphansDeleted.WithLabelValues("node", fam).Inc()
+		log.FromContext(ctx).Info("deleted the node of an orphaned machine", "node", n.Name, "providerID", n.Spec.ProviderID)
+	}
+	return errors.Join(errs...)
 }
 
 // claimGone reports whether a claim has no NodeClaim, no Fulfillment and no state (in the

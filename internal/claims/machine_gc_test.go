@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -18,6 +19,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/test"
 )
 
 // listedFamily is a family whose inventory lists what the test says and records deletions.
@@ -37,6 +39,7 @@ func (f *listedFamily) List(_ context.Context, s family.Scope) ([]family.Machine
 
 func (f *listedFamily) Delete(_ context.Context, _ family.Scope, m family.Machine) error {
 	f.deleted = append(f.deleted, m.Name)
+	f.machines = slices.DeleteFunc(slices.Clone(f.machines), func(l family.Machine) bool { return l.ID == m.ID })
 	return nil
 }
 
@@ -139,4 +142,72 @@ func TestMachineCollector(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMachineCollectorDeletesOrphansNodes: a collected machine that had joined leaves its Node
+// behind (nothing else removes it without a cloud-controller-manager): the collector deletes
+// it, also when the machine's kubelet registers it again while it stops; never a Node whose
+// provider ID a NodeClaim holds, another machine's Node, or one registered after the watch.
+func TestMachineCollectorDeletesOrphansNodes(t *testing.T) {
+	now := time.Now()
+	fam := &listedFamily{name: "listed", machines: []family.Machine{
+		{ID: "id-orphan", Name: "orphan", ProviderID: "listed://orphan", Cluster: "prod-eu", Claim: "gone", Class: "c", Created: now.Add(-time.Hour)},
+	}}
+	registry, err := family.NewRegistry(fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := testClass()
+	nc.Spec.Family = "listed"
+	node := func(name, providerID string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: providerID}}
+	}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, node("orphan", "listed://orphan"), node("other", "listed://other")).Build()
+	clk := clocktesting.NewFakeClock(now)
+	o := NewMachineCollector(kube, kube, clk, &recordedEvents{}, registry, "prod-eu", "fulfiller", "states", 10*time.Minute, time.Minute)
+	ctx := context.Background()
+	nodes := func() []string {
+		list := &corev1.NodeList{}
+		if err := kube.List(ctx, list); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, n := range list.Items {
+			names = append(names, n.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	collect := func(want ...string) {
+		t.Helper()
+		if err := o.Collect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := nodes(); !slices.Equal(got, want) {
+			t.Errorf("nodes %v, want %v", got, want)
+		}
+	}
+	before := testutil.ToFloat64(orphansDeleted.WithLabelValues("node", "listed"))
+
+	collect("other") // the machine and its Node
+	if !slices.Equal(fam.deleted, []string{"orphan"}) {
+		t.Fatalf("deleted %v, want the orphan", fam.deleted)
+	}
+	test.ExpectApplied(t, kube, node("orphan", "listed://orphan")) // registered again while it stops
+	clk.Step(time.Minute)
+	collect("other")
+	if n := testutil.ToFloat64(orphansDeleted.WithLabelValues("node", "listed")) - before; n != 2 {
+		t.Errorf("%v nodes counted, want 2", n)
+	}
+
+	// A NodeClaim that holds the provider ID keeps the Node.
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Status: karpv1.NodeClaimStatus{ProviderID: "listed://orphan"}}
+	test.ExpectApplied(t, kube, claim, node("orphan", "listed://orphan"))
+	collect("orphan", "other")
+	if err := kube.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	// After the watch, a Node of that provider ID is no longer the collector's.
+	clk.Step(orphanNodeWatch)
+	collect("orphan", "other")
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -414,13 +415,6 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 		t.Fatalf("killing the apply of %s after server %d was created: %v", o.claim, o.server.ID, o.err)
 	}
 	t.Logf("killed run %s of claim %s right after the API created server %s (%d)", o.run, o.claim, o.server.Name, o.server.ID)
-	t.Cleanup(func() {
-		// The server's machine may have joined before its claim went; with no
-		// cloud-controller-manager here, nothing else deletes its Node.
-		if err := env.kube.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.server.Name}}); err == nil {
-			t.Logf("the orphaned server's machine had joined as node %s: deleted it", o.server.Name)
-		}
-	})
 	key, err := statelock.KeyFor(o.claim)
 	if err != nil {
 		t.Fatal(err)
@@ -517,6 +511,16 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	if n := metricValue(t, orphansDeleted, hcloudMachines) - deletedBefore; n != 1 {
 		t.Errorf("%s{%s} rose by %v, want 1", orphansDeleted, hcloudMachines, n)
 	}
+	// Its machine may have joined before its claim went (and registered its Node again after
+	// Karpenter deleted it): with no cloud-controller-manager, the collector deletes that Node.
+	orphanID := fmt.Sprintf("hcloud://%d", o.server.ID)
+	eventually(t, ctx, 3*time.Minute, "no Node of the orphaned server "+orphanID, func(ctx context.Context) (bool, error) {
+		nodes := &corev1.NodeList{}
+		if err := env.kube.List(ctx, nodes); err != nil {
+			return false, err
+		}
+		return !slices.ContainsFunc(nodes.Items, func(n corev1.Node) bool { return n.Spec.ProviderID == orphanID }), nil
+	})
 	for _, srv := range []standin.Server{foreign, unlabelled} {
 		if _, ok := api.Server(srv.ID); !ok {
 			t.Errorf("server %s (%d, labels %v) was deleted", srv.Name, srv.ID, srv.Labels)
