@@ -100,7 +100,8 @@ current-context: runner
 	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
 		return backend, fmt.Errorf("writing the runner's kubeconfig: %w", err)
 	}
-	out := Backend{Type: backend.Type, Config: maps.Clone(backend.Config)}
+	out := backend // its Maps (the state's labels) too
+	out.Config = maps.Clone(backend.Config)
 	if out.Config == nil {
 		out.Config = map[string]string{}
 	}

@@ -19,7 +19,8 @@ func TestServiceAccountBackend(t *testing.T) {
 	}
 	inPod := map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443", ServiceAccountDirEnv: dir}
 	getenv := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	kube := Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "c", "namespace": "n"}}
+	kube := Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": "c", "namespace": "n"},
+		Maps: map[string]map[string]string{"labels": {"fulfiller.sh/nodeclaim-uid": "u1"}}}
 
 	path := filepath.Join(t.TempDir(), "home", ".kube", "config")
 	// A provider's connection variables (a KubeVirt class's infra cluster) in the run's
@@ -32,6 +33,9 @@ func TestServiceAccountBackend(t *testing.T) {
 	}
 	if got.Config["config_path"] != path || got.Config["secret_suffix"] != "c" || got.Config["namespace"] != "n" || got.Config["insecure"] != "false" {
 		t.Fatalf("backend in a pod = %v", got.Config)
+	}
+	if !reflect.DeepEqual(got.Maps, kube.Maps) {
+		t.Errorf("backend maps in a pod = %v, want the request's %v (the state's labels)", got.Maps, kube.Maps)
 	}
 	for _, k := range []string{"host", "token", "cluster_ca_certificate", "client_certificate", "client_key", "username", "password"} {
 		if v, ok := got.Config[k]; !ok || v != "" {
