@@ -290,6 +290,19 @@ func TestHcloud(t *testing.T) {
 			t.Errorf("nodeclaim %s: %s is not True", claim.Name, cond)
 		}
 	}
+	// The state, written by the runner pod, carries its claim's UID: finalize and the orphan
+	// collector find it by it.
+	key, err := statelock.KeyFor(f.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := &corev1.Secret{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: devenv.StateNamespace, Name: key.SecretName()}, state); err != nil {
+		t.Fatalf("the state of %s: %v", f.Name, err)
+	}
+	if got := state.Labels[tfrunner.LabelNodeClaimUID]; got != string(claim.UID) {
+		t.Errorf("state %s label %s = %q, want the claim's UID %s", state.Name, tfrunner.LabelNodeClaimUID, got, claim.UID)
+	}
 	// The run log, as kubectl logs shows it, and no token anywhere but the user data.
 	ready := &v1alpha1.Fulfillment{}
 	if err := env.kube.Get(ctx, client.ObjectKeyFromObject(f), ready); err != nil {
