@@ -14,6 +14,10 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 )
 
 // root is the repository root.
@@ -33,6 +37,30 @@ func buildFulfillerDev(b *testing.B, dir string) string {
 		b.Fatalf("building fulfiller-dev: %v", err)
 	}
 	return bin
+}
+
+// devUp starts the local environment in dir with executor (and the extra environment for
+// the controller), and returns its client, its variables for the examples and how to stop it.
+func devUp(b *testing.B, bin, dir, executor string, extraEnv ...string) (client.Client, map[string]string, func()) {
+	b.Helper()
+	up := exec.Command(bin, "dev", "up", "--dir", dir, "--executor", executor)
+	up.Env = append(os.Environ(), extraEnv...)
+	up.Stdout, up.Stderr = os.Stderr, os.Stderr
+	if err := up.Run(); err != nil {
+		b.Fatalf("dev up: %v", err)
+	}
+	down := func() { _ = exec.Command(bin, "dev", "down", "--dir", dir).Run() }
+	kube, err := devenv.Client(dir)
+	if err != nil {
+		down()
+		b.Fatal(err)
+	}
+	vars, err := devenv.Vars(dir, filepath.Join(root(), "modules"))
+	if err != nil {
+		down()
+		b.Fatal(err)
+	}
+	return kube, vars, down
 }
 
 func median(ds []time.Duration) time.Duration {

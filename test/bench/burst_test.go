@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -37,20 +35,8 @@ func BenchmarkBurst20Claims(b *testing.B) {
 	dir := b.TempDir()
 	bin := buildFulfillerDev(b, dir)
 	envDir := filepath.Join(dir, "env")
-	up := exec.Command(bin, "dev", "up", "--dir", envDir, "--executor", devenv.ExecutorJob)
-	up.Stdout, up.Stderr = os.Stderr, os.Stderr
-	if err := up.Run(); err != nil {
-		b.Fatalf("dev up: %v", err)
-	}
-	b.Cleanup(func() { _ = exec.Command(bin, "dev", "down", "--dir", envDir).Run() })
-	kube, err := devenv.Client(envDir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	vars, err := devenv.Vars(envDir, filepath.Join(root(), "modules"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	kube, vars, down := devUp(b, bin, envDir, devenv.ExecutorJob)
+	b.Cleanup(down)
 	class := &v1alpha1.TofuNodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: v1alpha1.TofuNodeClassSpec{

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -217,22 +216,9 @@ func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstC
 		}
 		defer hcloud.Close()
 	}
-	up := exec.Command(bin, "dev", "up", "--dir", dir, "--executor", devenv.ExecutorLocal)
-	up.Env = append(os.Environ(), extraEnv...)
-	up.Stdout, up.Stderr = os.Stderr, os.Stderr
-	if err := up.Run(); err != nil {
-		b.Fatalf("dev up: %v", err)
-	}
-	defer func() { _ = exec.Command(bin, "dev", "down", "--dir", dir).Run() }()
-	kube, err := devenv.Client(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
+	kube, vars, down := devUp(b, bin, dir, devenv.ExecutorLocal, extraEnv...)
+	defer down()
 	cfg, err := clientcmd.BuildConfigFromFlags("", devenv.Layout{Dir: dir}.Kubeconfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	vars, err := devenv.Vars(dir, filepath.Join(root(), "modules"))
 	if err != nil {
 		b.Fatal(err)
 	}

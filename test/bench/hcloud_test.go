@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -51,20 +50,8 @@ func BenchmarkBurst20HcloudClaims(b *testing.B) {
 		Machines: &standin.SimMachines{Dir: filepath.Join(dir, "machines"), Binary: []string{bin, "sim"}, StopGrace: 5 * time.Second},
 	})
 	envDir := filepath.Join(dir, "env")
-	up := exec.Command(bin, "dev", "up", "--dir", envDir, "--executor", devenv.ExecutorJob)
-	up.Stdout, up.Stderr = os.Stderr, os.Stderr
-	if err := up.Run(); err != nil {
-		b.Fatalf("dev up: %v", err)
-	}
-	b.Cleanup(func() { _ = exec.Command(bin, "dev", "down", "--dir", envDir).Run() })
-	kube, err := devenv.Client(envDir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	vars, err := devenv.Vars(envDir, filepath.Join(root(), "modules"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	kube, vars, down := devUp(b, bin, envDir, devenv.ExecutorJob)
+	b.Cleanup(down)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "hcloud", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 		StringData: map[string]string{"HCLOUD_TOKEN": api.Token(), "HCLOUD_ENDPOINT": api.Endpoint()}}
 	class := &v1alpha1.TofuNodeClass{
