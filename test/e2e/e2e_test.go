@@ -13,8 +13,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -439,4 +441,33 @@ func assertTokenNowhere(t *testing.T, ctx context.Context, f *v1alpha1.Fulfillme
 	if len(places) > 0 {
 		t.Errorf("the bootstrap token of %s appears in: %s", f.Name, strings.Join(places, ", "))
 	}
+}
+
+// scale sets a Deployment's replicas.
+func scale(t *testing.T, ctx context.Context, name string, replicas int32) {
+	t.Helper()
+	deploy := &appsv1.Deployment{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, deploy); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(deploy.DeepCopy())
+	deploy.Spec.Replicas = &replicas
+	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killController kills the environment's controller at once (SIGKILL, as a node crash would)
+// and returns its process ID; `fulfiller dev` starts it again.
+func killController(t *testing.T) int {
+	t.Helper()
+	pidData, err := os.ReadFile(devenv.Layout{Dir: env.dir}.ControllerPID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidData)))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing the controller: %v", err)
+	}
+	return pid
 }

@@ -320,15 +320,7 @@ func TestHcloud(t *testing.T) {
 	assertTokenNowhere(t, ctx, ready, api.Token())
 
 	// Scale to zero: the server and the state are deleted.
-	deploy := &appsv1.Deployment{}
-	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: app}, deploy); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(deploy.DeepCopy())
-	deploy.Spec.Replicas = new(int32)
-	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
-		t.Fatal(err)
-	}
+	scale(t, ctx, app, 0)
 	eventually(t, ctx, 4*time.Minute, "consolidation to destroy the node and remove its state", func(ctx context.Context) (bool, error) {
 		ok, _, err := devenv.Drained(ctx, env.kube)
 		return ok, err
@@ -617,18 +609,4 @@ func describeClaims(ffs []v1alpha1.Fulfillment) []string {
 		out = append(out, f.Name+" "+f.Spec.NodeType+"/"+f.Spec.Zone)
 	}
 	return out
-}
-
-// scale sets a Deployment's replicas.
-func scale(t *testing.T, ctx context.Context, name string, replicas int32) {
-	t.Helper()
-	deploy := &appsv1.Deployment{}
-	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, deploy); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(deploy.DeepCopy())
-	deploy.Spec.Replicas = &replicas
-	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
-		t.Fatal(err)
-	}
 }

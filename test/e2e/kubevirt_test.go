@@ -265,15 +265,7 @@ func TestKubeVirtNodes(t *testing.T) {
 	})
 
 	// Scale to zero: every VM, its Secret and its state go.
-	deploy := &appsv1.Deployment{}
-	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubevirt"}, deploy); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(deploy.DeepCopy())
-	deploy.Spec.Replicas = new(int32)
-	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
-		t.Fatal(err)
-	}
+	scale(t, ctx, "kubevirt", 0)
 	eventually(t, ctx, 4*time.Minute, "consolidation to destroy every node and remove its state", func(ctx context.Context) (bool, error) {
 		ok, _, err := devenv.Drained(ctx, env.kube)
 		return ok, err

@@ -3,11 +3,9 @@ package e2e
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -269,14 +267,7 @@ func TestRobotPool(t *testing.T) {
 		}
 		return false, nil
 	})
-	pidData, err := os.ReadFile(devenv.Layout{Dir: env.dir}.ControllerPID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidData)))
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing the controller: %v", err)
-	}
+	killController(t)
 	eventually(t, ctx, 4*time.Minute, "2 pods bound after the restart", func(ctx context.Context) (bool, error) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": deploy + "-restart"}, 2)
 	})

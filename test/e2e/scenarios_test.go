@@ -6,12 +6,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/awslabs/operatorpkg/status"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -124,15 +122,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		t.Errorf("kubectl get fulfillments does not show every claim Ready:\n%s", out)
 	}
 
-	deploy := &appsv1.Deployment{}
-	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: "default", Name: "basic"}, deploy); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(deploy.DeepCopy())
-	deploy.Spec.Replicas = new(int32)
-	if err := env.kube.Patch(ctx, deploy, patch); err != nil {
-		t.Fatal(err)
-	}
+	scale(t, ctx, "basic", 0)
 	eventually(t, ctx, 4*time.Minute, "consolidation to destroy every node and remove its state", func(ctx context.Context) (bool, error) {
 		ok, _, err := devenv.Drained(ctx, env.kube)
 		return ok, err
@@ -283,14 +273,7 @@ func TestControllerRestartMidApply(t *testing.T) {
 		}
 		return n >= 2, nil
 	})
-	pidData, err := os.ReadFile(devenv.Layout{Dir: env.dir}.ControllerPID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(pidData)))
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing the controller: %v", err)
-	}
+	pid := killController(t)
 	eventually(t, ctx, 4*time.Minute, "3 pods to be bound after the restart", func(ctx context.Context) (bool, error) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "restart"}, 3)
 	})
