@@ -94,11 +94,13 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	}
 	// In a pod, the kubernetes state backend authenticates as the runner's service account
 	// (req is this run's copy: the module cache and init see the same backend).
-	if req.Backend, err = serviceAccountBackend(req.Backend, env, os.Getenv, runnerKubeconfig(req.WorkDir)); err != nil {
+	saKubeconfig := runnerKubeconfig(req.WorkDir)
+	if req.Backend, err = serviceAccountBackend(req.Backend, env, os.Getenv, saKubeconfig); err != nil {
 		return err
 	}
-	if path := runnerKubeconfig(req.WorkDir); req.Backend.Config["config_path"] == path {
-		env[ClusterKubeconfigEnv] = path
+	asServiceAccount := req.Backend.Config["config_path"] == saKubeconfig
+	if asServiceAccount {
+		env[ClusterKubeconfigEnv] = saKubeconfig
 	}
 	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
 	tofu := req.TofuPath
@@ -134,7 +136,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	if len(skipped) > 0 {
 		out.note("info", "not passing variables the module does not declare: "+strings.Join(skipped, ", "))
 	}
-	if req.Backend.Config["config_path"] == runnerKubeconfig(req.WorkDir) {
+	if asServiceAccount {
 		out.note("info", "state backend: authenticating as the pod's service account")
 	}
 
