@@ -98,6 +98,8 @@ type burstResult struct {
 	pods      int
 	// peakRSS is the controller's peak resident memory (VmHWM), in bytes.
 	peakRSS int64
+	// cpu: where the CPU went from the burst's start until every claim was registered.
+	cpu cpuUse
 }
 
 // BenchmarkBurstVersusKwok compares the fulfiller with Karpenter's own kwok provider, in one
@@ -171,6 +173,10 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 			}
 			table.WriteString("\n")
 		}
+		table.WriteString("\nCPU from the burst until the last claim registered (medians):\n")
+		for _, c := range cases {
+			fmt.Fprintf(&table, "- %s: kwok %s; fulfiller %s\n", c.name, merge(results[c.name][0]).cpu, merge(results[c.name][1]).cpu)
+		}
 		b.Logf("fulfiller (local executor) versus Karpenter's kwok provider, medians of %d round(s), load %s:\n%s", n, loadAverage(), table.String())
 		b.StartTimer()
 	}
@@ -188,7 +194,7 @@ func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase) burst
 	if err := env.kube.Create(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	res := burst(b, ctx, env.kube, env.cp.Config, c.nodes)
+	res := burst(b, ctx, env.kube, env.cp.Config, dir, c.nodes)
 	res.peakRSS = peakRSS(env.karpenter.pid())
 	return res
 }
@@ -244,7 +250,7 @@ func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstC
 	}); err != nil {
 		b.Fatal(err)
 	}
-	res := burst(b, ctx, kube, cfg, c.nodes)
+	res := burst(b, ctx, kube, cfg, dir, c.nodes)
 	layout := devenv.Layout{Dir: dir}
 	if pid, ok := proc.ReadPIDFile(layout.ControllerPID()); ok {
 		res.peakRSS = peakRSS(pid)
@@ -309,14 +315,16 @@ func benchNodePool(class karpv1.NodeClassReference) *karpv1.NodePool {
 }
 
 // burst creates a Deployment of nodes pods that each need a node and waits until every pod is
-// bound, watching the NodeClaims meanwhile.
-func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Config, nodes int) burstResult {
+// bound, watching the NodeClaims meanwhile, and then until every claim is registered; it
+// measures the CPU of the environment in dir over that time.
+func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Config, dir string, nodes int) burstResult {
 	b.Helper()
 	w, err := watchClaims(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer w.stop()
+	cpuBefore := snapshotCPU(dir)
 	start := time.Now()
 	if err := kube.Create(ctx, devenv.Workload("burst", benchPool, int32(nodes), benchPodCPU)); err != nil {
 		b.Fatal(err)
@@ -332,6 +340,7 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 	_ = devenv.Poll(ctx, 2*time.Minute, 200*time.Millisecond, "every claim to be registered", func(context.Context) (bool, error) {
 		return w.allRegistered(), nil
 	})
+	res.cpu = cpuBetween(cpuBefore, snapshotCPU(dir), time.Since(start))
 	res.launched, res.registered = w.latencies(start)
 	return res
 }
@@ -503,7 +512,9 @@ func merge(rs []burstResult) burstResult {
 	var out burstResult
 	var bound, rss []time.Duration
 	var creates [3][]time.Duration
+	var cpu []cpuUse
 	for _, r := range rs {
+		cpu = append(cpu, r.cpu)
 		bound = append(bound, r.bound)
 		rss = append(rss, time.Duration(r.peakRSS))
 		out.launched = append(out.launched, r.launched...)
@@ -512,7 +523,7 @@ func merge(rs []burstResult) burstResult {
 			creates[i] = append(creates[i], c)
 		}
 	}
-	out.bound, out.peakRSS = median(bound), int64(median(rss))
+	out.bound, out.peakRSS, out.cpu = median(bound), int64(median(rss)), mergeCPU(cpu)
 	if len(rs) > 0 {
 		out.pods, out.createMax = rs[0].pods, rs[0].createMax
 	}
@@ -589,7 +600,7 @@ func ratios(f, k []time.Duration) string {
 }
 
 func (r burstResult) summary() string {
-	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB",
+	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB; CPU until the last registered: %s",
 		r.pods, round(r.bound), len(r.launched), durations(quantiles(r.launched)), len(r.registered), round(maxOf(r.registered)),
-		createDurations(r.create, r.createMax), r.peakRSS>>20)
+		createDurations(r.create, r.createMax), r.peakRSS>>20, r.cpu)
 }

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Where a burst's CPU goes, by role: the control plane's components, the controller (the
+// fulfiller's, or karpenter-kwok), the runs (the controller's reaped children: runners, tofu,
+// providers, provisioners, and those still running), the machines (simulated machines, or the
+// kwok controller that stands in for every node) and this process (the watches, the Hetzner
+// Cloud stand-in). Read from /proc at the burst's start and end; the difference is the
+// burst's.
+const (
+	roleAPIServer  = "apiserver"
+	roleEtcd       = "etcd"
+	roleScheduler  = "scheduler"
+	roleKCM        = "controller-manager"
+	roleController = "controller"
+	roleRuns       = "runs"
+	roleMachines   = "machines"
+	roleBench      = "bench"
+	roleOther      = "other"
+)
+
+var roleOrder = []string{roleAPIServer, roleEtcd, roleScheduler, roleKCM, roleController, roleRuns, roleMachines, roleBench, roleOther}
+
+// procTimes is one process's CPU time (utime+stime) and that of its reaped children
+// (cutime+cstime).
+type procTimes struct {
+	ppid         int
+	comm         string
+	args         []string
+	self, reaped time.Duration
+}
+
+// clockTick is the kernel's USER_HZ: /proc's CPU times are in its ticks (100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+func readProc(pid int) (procTimes, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procTimes{}, false
+	}
+	// comm is in parentheses and may hold spaces: the fields start after the last ')'.
+	open, end := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+	if open < 0 || end < open {
+		return procTimes{}, false
+	}
+	fields := strings.Fields(string(stat[end+1:]))
+	if len(fields) < 15 {
+		return procTimes{}, false
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(fields[i], 10, 64); return v }
+	// After comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+	p := procTimes{ppid: int(n(1)), comm: string(stat[open+1 : end]),
+		self: time.Duration(n(11)+n(12)) * clockTick, reaped: time.Duration(n(13)+n(14)) * clockTick}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
+		p.args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	}
+	return p, true
+}
+
+// cpuSnapshot is every process of one environment: those whose command line names its
+// directory, this process's children, and their descendants.
+type cpuSnapshot map[int]procTimes
+
+func snapshotCPU(dir string) cpuSnapshot {
+	all := map[int]procTimes{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			if p, ok := readProc(pid); ok {
+				all[pid] = p
+			}
+		}
+	}
+	self := os.Getpid()
+	in := map[int]bool{self: true}
+	var member func(pid int, depth int) bool
+	member = func(pid int, depth int) bool {
+		if ok, seen := in[pid]; seen {
+			return ok
+		}
+		p, ok := all[pid]
+		if !ok || depth > 64 {
+			return false
+		}
+		ok = strings.Contains(strings.Join(p.args, " "), dir) || member(p.ppid, depth+1)
+		in[pid] = ok
+		return ok
+	}
+	snap := cpuSnapshot{}
+	for pid, p := range all {
+		if member(pid, 0) {
+			snap[pid] = p
+		}
+	}
+	return snap
+}
+
+// role is what a process of the environment is; a process under the controller (not the
+// controller itself) is a run.
+func (s cpuSnapshot) role(pid int) string {
+	p := s[pid]
+	base := ""
+	if len(p.args) > 0 {
+		base = filepath.Base(p.args[0])
+	}
+	switch {
+	case pid == os.Getpid():
+		return roleBench
+	case base == "kube-apiserver":
+		return roleAPIServer
+	case base == "etcd":
+		return roleEtcd
+	case base == "kube-scheduler":
+		return roleScheduler
+	case base == "kube-controller-manager":
+		return roleKCM
+	case base == "karpenter-kwok":
+		return roleController
+	case base == "kwok":
+		return roleMachines
+	case strings.HasPrefix(base, "fulfiller") && len(p.args) > 1 && p.args[1] == "controller":
+		return roleController
+	case strings.HasPrefix(base, "fulfiller") && len(p.args) > 1 && p.args[1] == "sim":
+		return roleMachines
+	}
+	for up, depth := p.ppid, 0; depth < 64; up, depth = s[up].ppid, depth+1 {
+		q, ok := s[up]
+		if !ok {
+			break
+		}
+		if r := s.role(up); r == roleController && len(q.args) > 1 && q.args[1] == "controller" {
+			return roleRuns
+		} else if r == roleMachines {
+			return roleMachines
+		}
+	}
+	return roleOther
+}
+
+// cpuUse is the CPU time each role took between two snapshots, and the wall-clock time
+// between them.
+type cpuUse struct {
+	byRole map[string]time.Duration
+	wall   time.Duration
+}
+
+func cpuBetween(before, after cpuSnapshot, wall time.Duration) cpuUse {
+	use := cpuUse{byRole: map[string]time.Duration{}, wall: wall}
+	for pid, p := range after {
+		was, existed := before[pid]
+		if existed && was.comm != p.comm && was.self > p.self {
+			existed = false // the pid was reused
+		}
+		self, reaped := p.self, p.reaped
+		if existed {
+			self, reaped = p.self-was.self, p.reaped-was.reaped
+		}
+		role := after.role(pid)
+		use.byRole[role] += self
+		// The controller's reaped children are its runs; anyone else's belong to its role.
+		if role == roleController && strings.HasPrefix(filepath.Base(p.args[0]), "fulfiller") {
+			use.byRole[roleRuns] += reaped
+		} else if pid != os.Getpid() {
+			use.byRole[role] += reaped
+		}
+	}
+	return use
+}
+
+func (u cpuUse) total() time.Duration {
+	var t time.Duration
+	for _, d := range u.byRole {
+		t += d
+	}
+	return t
+}
+
+func (u cpuUse) String() string {
+	if len(u.byRole) == 0 {
+		return "–"
+	}
+	var parts []string
+	for _, r := range roleOrder {
+		if d := u.byRole[r]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f s", r, d.Seconds()))
+		}
+	}
+	return fmt.Sprintf("%s (%.1f CPU-s in %.1f s: %.2f CPUs busy)", strings.Join(parts, ", "),
+		u.total().Seconds(), u.wall.Seconds(), u.total().Seconds()/max(u.wall.Seconds(), 0.001))
+}
+
+// mergeCPU is the median over rounds of each role's CPU time.
+func mergeCPU(us []cpuUse) cpuUse {
+	out := cpuUse{byRole: map[string]time.Duration{}}
+	var walls []time.Duration
+	for _, r := range roleOrder {
+		var ds []time.Duration
+		for _, u := range us {
+			ds = append(ds, u.byRole[r])
+		}
+		if m := median(ds); m > 0 {
+			out.byRole[r] = m
+		}
+	}
+	for _, u := range us {
+		walls = append(walls, u.wall)
+	}
+	out.wall = median(walls)
+	return out
+}
