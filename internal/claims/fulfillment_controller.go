@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/events"
 
@@ -69,6 +70,7 @@ type FulfillmentController struct {
 	executor    tfrunner.Executor
 	unavailable *UnavailableOfferings
 	opts        Options
+	waiters     *runWaiters
 }
 
 func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk clock.Clock, recorder events.Recorder, executor tfrunner.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
@@ -81,7 +83,16 @@ func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk c
 	if opts.DestroyDeadline == 0 {
 		opts.DestroyDeadline = DefaultDestroyDeadline
 	}
-	return &FulfillmentController{kube: kube, apiReader: apiReader, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts}
+	return &FulfillmentController{kube: kube, apiReader: apiReader, clock: clk, recorder: recorder, executor: executor, unavailable: unavailable, opts: opts,
+		waiters: newRunWaiters()}
+}
+
+// RunEnded wakes the claim of a run that an executor saw end (tfrunner.LocalExecutor.OnEnd),
+// so that its end is recorded at once rather than at the next poll.
+func (c *FulfillmentController) RunEnded(_ string, labels map[string]string) {
+	if name := labels[tfrunner.LabelNodeClaim]; name != "" {
+		c.waiters.enqueue(name)
+	}
 }
 
 // claimState is what the stages share in one reconcile.
@@ -118,6 +129,8 @@ func (c *FulfillmentController) Register(_ context.Context, m manager.Manager) e
 		For(&v1alpha1.Fulfillment{}).
 		Watches(&karpv1.NodeClaim{}, byName).
 		Watches(&corev1.Node{}, byName).
+		// Claims woken when a run ends: its own, and the one waiting longest for a runner.
+		WatchesRawSource(source.Channel(c.waiters.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 10}).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
 }

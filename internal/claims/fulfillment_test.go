@@ -128,8 +128,19 @@ func TestReconcile(t *testing.T) {
 			if err := e.exec.Finish("sim-other-apply-1"); err != nil {
 				t.Fatal(err)
 			}
+			// The other claim's reconcile records its run's end, which wakes this claim at
+			// once, not at its recheck.
+			expectNoWake(t, e.controller)
+			e.reconcile(other.Name)
+			expectWoken(t, e.controller, name)
 			e.reconcile(name)
 			e.expectRuns(name, name+"-apply-1=Running")
+			// Started, it waits no more: the next run's end wakes nobody.
+			if err := e.exec.Finish(name + "-apply-1"); err != nil {
+				t.Fatal(err)
+			}
+			e.reconcile(name)
+			expectNoWake(t, e.controller)
 		}},
 		{"an apply waits for its family's API budget, with the numbers, until it refills", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			budget := tfrunner.NewAPIBudgets(e.clock, func(req tfrunner.Request) []tfrunner.APIDemand {
@@ -307,5 +318,30 @@ func TestReconcile(t *testing.T) {
 			e := newEnv(t)
 			tc.run(t, e, test.NodeClaim(name, "sim", e.clock.Now()))
 		})
+	}
+}
+
+// expectWoken: the claims were woken (runWaiters), in this order, and no others.
+func expectWoken(t *testing.T, c *FulfillmentController, names ...string) {
+	t.Helper()
+	for _, want := range names {
+		select {
+		case ev := <-c.waiters.wake:
+			if ev.Object.GetName() != want {
+				t.Fatalf("woke %s, want %s", ev.Object.GetName(), want)
+			}
+		default:
+			t.Fatalf("%s was not woken", want)
+		}
+	}
+	expectNoWake(t, c)
+}
+
+func expectNoWake(t *testing.T, c *FulfillmentController) {
+	t.Helper()
+	select {
+	case ev := <-c.waiters.wake:
+		t.Fatalf("woke %s", ev.Object.GetName())
+	default:
 	}
 }

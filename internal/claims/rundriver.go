@@ -20,7 +20,8 @@ const (
 	// lockRecheck: a run waiting for its state lock looks again.
 	lockRecheck = 10 * time.Second
 	// admissionRecheck: a run the executor did not admit (no free runner) asks again, or
-	// when the budget it waits for says, if later.
+	// when the budget it waits for says, if later; one waiting for a runner is woken sooner
+	// when a run ends (runWaiters).
 	admissionRecheck = 5 * time.Second
 )
 
@@ -140,10 +141,14 @@ func (d *runDriver) start(ctx context.Context, s *claimState, attempt int, recor
 		return d.start(ctx, s, attempt+1, true)
 	case errors.As(err, &refused):
 		s.conds.SetUnknownWithReason(d.condition, refused.Reason, refused.Message)
+		if refused.Reason == v1alpha1.ReasonWaitingForRunner {
+			d.c.waiters.add(s.f.Name)
+		}
 		return reconcile.Result{RequeueAfter: max(admissionRecheck, refused.RetryAfter)}, nil
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("starting run %s: %w", req.Name, err)
 	}
+	d.c.waiters.remove(s.f.Name)
 	if record {
 		run := d.c.addRun(s.f, d.op, attempt)
 		log.FromContext(ctx).Info("started tofu "+string(d.op), "run", run.Name)

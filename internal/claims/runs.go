@@ -73,8 +73,10 @@ func (c *FulfillmentController) addRun(f *v1alpha1.Fulfillment, op tfrunner.Oper
 	return &f.Status.Runs[len(f.Status.Runs)-1]
 }
 
-// finishRun records a finished run from the executor's status.
+// finishRun records a finished run from the executor's status. Its runner is free: the claim
+// that has waited longest for one is woken.
 func (c *FulfillmentController) finishRun(run *v1alpha1.Run, st tfrunner.RunStatus) {
+	c.waiters.runEnded()
 	now := metav1.NewTime(c.clock.Now())
 	if st.Result != nil && !st.Result.Finished.IsZero() {
 		now = metav1.NewTime(st.Result.Finished)

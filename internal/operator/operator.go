@@ -50,6 +50,19 @@ func Run(families family.Registry) {
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
 
+	fulfillments := claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
+		Namespace:       opts.Namespace,
+		StateNamespace:  opts.StateNamespace,
+		TofuPath:        tofu,
+		RunEnv:          runEnv,
+		DestroyDeadline: opts.DestroyDeadline,
+		Families:        families,
+		ClusterName:     opts.ClusterName,
+	})
+	if local, ok := executor.(*tfrunner.LocalExecutor); ok {
+		local.OnEnd = fulfillments.RunEnded // a claim learns at once that its run ended
+	}
+
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
@@ -61,15 +74,7 @@ func Run(families family.Registry) {
 				opts.Namespace, opts.StateNamespace, opts.OrphanGrace, time.Minute),
 			claims.NewPoolKeeper(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families,
 				opts.Namespace, stateNamespace, opts.ClusterName, opts.PoolKeeperInterval),
-			claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
-				Namespace:       opts.Namespace,
-				StateNamespace:  opts.StateNamespace,
-				TofuPath:        tofu,
-				RunEnv:          runEnv,
-				DestroyDeadline: opts.DestroyDeadline,
-				Families:        families,
-				ClusterName:     opts.ClusterName,
-			}),
+			fulfillments,
 		).
 		Start(ctx)
 }
@@ -116,7 +121,7 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 	machine := lo.Must(tfrunner.ThisMachine())
 	logger.Info("runs limited by this machine", "bound", machine.Max(), "cpus", machine.CPUs, "memory", machine.Memory, "maxConcurrentRuns", opts.MaxConcurrentRuns)
 	limiter := tfrunner.NewLimiter(append(budgets, machine, tfrunner.NewAPIBudgets(op.Clock, families.APIDemands))...)
-	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, Limiter: limiter}, tofu, runEnv
+	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, Limiter: limiter, Nice: tfrunner.LocalRunNice}, tofu, runEnv
 }
 
 // observeCluster lists the nodes and pods from the manager's cache (Karpenter's cluster state

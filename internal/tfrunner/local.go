@@ -112,6 +112,11 @@ type runInfo struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 }
 
+// LocalRunNice is the niceness of local runs in the controller: a burst of runs on the
+// controller's own CPUs does not slow the controller's (and Karpenter's) work, such as
+// answering Create, nor a control plane on the same machine.
+const LocalRunNice = 10
+
 // startWindow is how long a run folder without a pid file counts as being started (by
 // another executor instance) before it is reported as failed.
 const startWindow = 30 * time.Second
@@ -140,6 +145,14 @@ type LocalExecutor struct {
 	// CacheDir is the module cache the runs share (Request.CacheDir; default
 	// Dir/.module-cache, which no run name can take).
 	CacheDir string
+	// Nice is the runs' niceness (0-19), which tofu, its providers and provisioners inherit:
+	// with a positive one, the controller and the rest of the machine's work (a local
+	// control plane) come before the runs when the CPUs are busy. The local environment and
+	// the controller's local executor use LocalRunNice.
+	Nice int
+	// OnEnd, when set, is called with a run's name and labels when a runner this executor
+	// started ends (not for runs it adopted: those are seen by Status only).
+	OnEnd func(name string, labels map[string]string)
 
 	ownLimiter Limiter
 }
@@ -251,12 +264,26 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 		return err
 	}
 	pid := cmd.Process.Pid
+	if e.Nice != 0 {
+		// The runner leads its own process group (Setsid): the whole group, so that a child
+		// it started already is not missed.
+		if err := syscall.Setpriority(syscall.PRIO_PGRP, pid, e.Nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return fmt.Errorf("setting the runner's niceness to %d: %w", e.Nice, err)
+		}
+	}
 	if err := writeFileAtomic(filepath.Join(dir, PIDFileName), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return err
 	}
-	go func() { _ = cmd.Wait() }() // reap; adopters poll /proc instead
+	go func() { // reap; adopters poll /proc instead
+		_ = cmd.Wait()
+		if e.OnEnd != nil {
+			e.OnEnd(req.Name, req.Labels)
+		}
+	}()
 	return nil
 }
 

@@ -225,3 +225,48 @@ func TestMainWritesResult(t *testing.T) {
 		t.Errorf("result: %+v, %v", res, err)
 	}
 }
+
+// A run's runner and every process it starts get the executor's niceness, whether they
+// started before the executor set it or after; when the runner ends, OnEnd hears of it.
+func TestLocalExecutorRunsNice(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	killRunners(t, dir)
+	// The "runner" waits until the test has seen Start return, then has a child (cut) read
+	// its own niceness: field 19 of /proc/self/stat.
+	script := `while [ ! -e go ]; do sleep 0.05; done; cut -d' ' -f19 /proc/self/stat > nice.tmp && mv nice.tmp nice`
+	ended := make(chan string, 1)
+	e := &LocalExecutor{Dir: dir, Command: []string{"sh", "-c", script, "sh"}, Limiter: NewLimiter(MaxRuns(1)), Nice: 7,
+		OnEnd: func(name string, labels map[string]string) { ended <- name + " " + labels[LabelNodeClaim] }}
+	req := nodeRequest(t, "node-n-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
+	req.Labels = map[string]string{LabelNodeClaim: "node-n"}
+	if err := e.Start(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(dir, req.Name)
+	if err := os.WriteFile(filepath.Join(runDir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		data, err := os.ReadFile(filepath.Join(runDir, "nice"))
+		if err == nil {
+			if got := strings.TrimSpace(string(data)); got != "7" {
+				t.Fatalf("a run's child has niceness %s, want 7", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never reported its niceness: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case got := <-ended:
+		if got != "node-n-apply-1 node-n" {
+			t.Errorf("OnEnd heard of %q", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("OnEnd was not called when the runner ended")
+	}
+}

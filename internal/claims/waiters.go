@@ -1,0 +1,67 @@
+package claims
+
+import (
+	"slices"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+// wakeBuffer bounds the claims waiting to be woken; a wake that does not fit is dropped,
+// and that claim looks again at its recheck.
+const wakeBuffer = 1024
+
+// runWaiters wakes claims at once instead of at their next recheck: the claims whose run the
+// executor did not admit for want of a runner, in the order they asked, the longest-waiting
+// first, one each time a run ends; and the claim of a run the executor saw end. The
+// rechecks (admissionRecheck, pollInterval) stay, for what nobody wakes.
+type runWaiters struct {
+	mu      sync.Mutex
+	waiting []string
+	wake    chan event.GenericEvent
+}
+
+func newRunWaiters() *runWaiters {
+	return &runWaiters{wake: make(chan event.GenericEvent, wakeBuffer)}
+}
+
+// add queues a claim that waits for a runner (once).
+func (w *runWaiters) add(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !slices.Contains(w.waiting, name) {
+		w.waiting = append(w.waiting, name)
+	}
+}
+
+// remove takes a claim out of the queue: its run started, or it waits no more.
+func (w *runWaiters) remove(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.waiting = slices.DeleteFunc(w.waiting, func(s string) bool { return s == name })
+}
+
+// runEnded wakes the claim that has waited longest for a runner, if any: the run that ended
+// freed one.
+func (w *runWaiters) runEnded() {
+	w.mu.Lock()
+	if len(w.waiting) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	name := w.waiting[0]
+	w.waiting = w.waiting[1:]
+	w.mu.Unlock()
+	w.enqueue(name)
+}
+
+// enqueue has the Fulfillment of that name reconciled soon, without blocking.
+func (w *runWaiters) enqueue(name string) {
+	select {
+	case w.wake <- event.GenericEvent{Object: &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+	default:
+	}
+}
