@@ -129,12 +129,12 @@ func TestMachineRuns(t *testing.T) {
 		max    int
 		reason string
 	}{
-		{"CPU bound", MachineRuns{CPUs: 2, Memory: 24 << 30}, 20,
-			"20 of 20 tofu runs in progress (this machine's bound: 2 CPUs at 10 runs each, 24.0Gi of memory at 256Mi a run): waiting for a runner"},
+		{"CPU bound", MachineRuns{CPUs: 2, Memory: 24 << 30}, 64,
+			"64 of 64 tofu runs in progress (this machine's bound: 2 CPUs at 32 runs each, 24.0Gi of memory at 256Mi a run): waiting for a runner"},
 		{"memory bound", MachineRuns{CPUs: 16, Memory: 3 << 30}, 12,
-			"12 of 12 tofu runs in progress (this machine's bound: 16 CPUs at 10 runs each, 3.0Gi of memory at 256Mi a run): waiting for a runner"},
+			"12 of 12 tofu runs in progress (this machine's bound: 16 CPUs at 32 runs each, 3.0Gi of memory at 256Mi a run): waiting for a runner"},
 		{"never below one", MachineRuns{CPUs: 1, Memory: 100 << 20}, 1,
-			"1 of 1 tofu runs in progress (this machine's bound: 1 CPUs at 10 runs each, 100Mi of memory at 256Mi a run): waiting for a runner"},
+			"1 of 1 tofu runs in progress (this machine's bound: 1 CPUs at 32 runs each, 100Mi of memory at 256Mi a run): waiting for a runner"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := c.m.Max(); got != c.max {
