@@ -100,6 +100,8 @@ type burstResult struct {
 	peakRSS int64
 	// cpu: where the CPU went from the burst's start until every claim was registered.
 	cpu cpuUse
+	// api: the API server's create latencies and queue waits, over the environment's life.
+	api apiLatency
 }
 
 // BenchmarkBurstVersusKwok compares the fulfiller with Karpenter's own kwok provider, in one
@@ -341,6 +343,9 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 		return w.allRegistered(), nil
 	})
 	res.cpu = cpuBetween(cpuBefore, snapshotCPU(dir), time.Since(start))
+	if res.api, err = readAPILatency(ctx, cfg, "fulfillments", "nodeclaims", "nodes", "pods", "leases"); err != nil {
+		b.Logf("%v", err)
+	}
 	res.launched, res.registered = w.latencies(start)
 	return res
 }
@@ -600,7 +605,7 @@ func ratios(f, k []time.Duration) string {
 }
 
 func (r burstResult) summary() string {
-	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB; CPU until the last registered: %s",
+	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB; CPU until the last registered: %s; API server %s",
 		r.pods, round(r.bound), len(r.launched), durations(quantiles(r.launched)), len(r.registered), round(maxOf(r.registered)),
-		createDurations(r.create, r.createMax), r.peakRSS>>20, r.cpu)
+		createDurations(r.create, r.createMax), r.peakRSS>>20, r.cpu, r.api)
 }

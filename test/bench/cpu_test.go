@@ -1,12 +1,17 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // Where a burst's CPU goes, by role: the control plane's components, the controller (the
@@ -215,4 +220,103 @@ func mergeCPU(us []cpuUse) cpuUse {
 	}
 	out.wall = median(walls)
 	return out
+}
+
+// apiLatency is what the API server says of its requests during a burst: the mean latency of
+// creating the named resources (apiserver_request_duration_seconds, POST), and the mean time
+// requests waited in API Priority and Fairness queues per priority level
+// (apiserver_flowcontrol_request_wait_duration_seconds), from its /metrics at the burst's end.
+type apiLatency struct {
+	create map[string]time.Duration // resource → mean POST latency
+	wait   map[string]time.Duration // priority level → mean queue wait (executed requests)
+	counts map[string]float64
+}
+
+func readAPILatency(ctx context.Context, cfg *rest.Config, resources ...string) (apiLatency, error) {
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return apiLatency{}, err
+	}
+	body, err := c.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return apiLatency{}, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	sums, counts := map[string]float64{}, map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		for _, m := range []struct{ name, key string }{
+			{"apiserver_request_duration_seconds", "resource"},
+			{"apiserver_flowcontrol_request_wait_duration_seconds", "priority_level"},
+		} {
+			rest, ok := strings.CutPrefix(line, m.name)
+			if !ok {
+				continue
+			}
+			suffix, labels, _ := strings.Cut(rest, "{")
+			labels, value, _ := strings.Cut(labels, "} ")
+			if m.key == "resource" && !strings.Contains(labels, `verb="POST"`) {
+				continue
+			}
+			if m.key == "priority_level" && !strings.Contains(labels, `execute="true"`) {
+				continue
+			}
+			key := m.key + "=" + labelValue(labels, m.key)
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				continue
+			}
+			switch suffix {
+			case "_sum":
+				sums[key] += v
+			case "_count":
+				counts[key] += v
+			}
+		}
+	}
+	out := apiLatency{create: map[string]time.Duration{}, wait: map[string]time.Duration{}, counts: counts}
+	for key, n := range counts {
+		if n == 0 {
+			continue
+		}
+		mean := time.Duration(sums[key] / n * float64(time.Second))
+		if r, ok := strings.CutPrefix(key, "resource="); ok && slicesContains(resources, r) {
+			out.create[r] = mean
+		} else if p, ok := strings.CutPrefix(key, "priority_level="); ok {
+			out.wait[p] = mean
+		}
+	}
+	return out, nil
+}
+
+func labelValue(labels, key string) string {
+	_, rest, ok := strings.Cut(labels, key+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
+
+func (a apiLatency) String() string {
+	var parts []string
+	for _, r := range sortedKeys(a.create) {
+		parts = append(parts, fmt.Sprintf("POST %s %s (%d)", r, round(a.create[r]), int(a.counts["resource="+r])))
+	}
+	for _, p := range sortedKeys(a.wait) {
+		if a.wait[p] >= time.Millisecond {
+			parts = append(parts, fmt.Sprintf("APF wait %s %s (%d)", p, round(a.wait[p]), int(a.counts["priority_level="+p])))
+		}
+	}
+	if len(parts) == 0 {
+		return "–"
+	}
+	return "means: " + strings.Join(parts, ", ")
+}
+
+func sortedKeys(m map[string]time.Duration) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
