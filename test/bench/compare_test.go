@@ -102,6 +102,13 @@ type burstResult struct {
 	cpu cpuUse
 	// api: the API server's create latencies and queue waits, over the environment's life.
 	api apiLatency
+	// start is when the workload was created; serversCreated, in the Hetzner-like case, when
+	// the stand-in created each server, from start.
+	start          time.Time
+	serversCreated []time.Duration
+	// claimsCreated: when the watch saw each claim, from start; appliesStarted: when each
+	// Fulfillment's first apply started (status.stages.applyStarted, to the second).
+	claimsCreated, appliesStarted []time.Duration
 }
 
 // BenchmarkBurstVersusKwok compares the fulfiller with Karpenter's own kwok provider, in one
@@ -253,6 +260,20 @@ func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstC
 		b.Fatal(err)
 	}
 	res := burst(b, ctx, kube, cfg, dir, c.nodes)
+	fulfillments := &v1alpha1.FulfillmentList{}
+	if err := kube.List(ctx, fulfillments); err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range fulfillments.Items {
+		if at := f.Status.Stages.ApplyStarted; at != nil {
+			res.appliesStarted = append(res.appliesStarted, at.Sub(res.start))
+		}
+	}
+	if hcloud != nil {
+		for _, srv := range hcloud.Servers() {
+			res.serversCreated = append(res.serversCreated, srv.Created.Sub(res.start))
+		}
+	}
 	layout := devenv.Layout{Dir: dir}
 	if pid, ok := proc.ReadPIDFile(layout.ControllerPID()); ok {
 		res.peakRSS = peakRSS(pid)
@@ -336,7 +357,7 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 	}); err != nil {
 		b.Fatal(err)
 	}
-	res := burstResult{bound: time.Since(start), pods: nodes}
+	res := burstResult{bound: time.Since(start), pods: nodes, start: start}
 	// A pod can be bound the moment its Node lost the unregistered taint, just before its
 	// claim is marked Registered.
 	_ = devenv.Poll(ctx, 2*time.Minute, 200*time.Millisecond, "every claim to be registered", func(context.Context) (bool, error) {
@@ -347,6 +368,7 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 		b.Logf("%v", err)
 	}
 	res.launched, res.registered = w.latencies(start)
+	res.claimsCreated = w.seenSince(start)
 	return res
 }
 
@@ -411,6 +433,17 @@ func (cw *claimWatch) allRegistered() bool {
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
 	return len(cw.registered) == len(cw.seen)
+}
+
+// seenSince is when each claim was first seen, from start.
+func (cw *claimWatch) seenSince(start time.Time) []time.Duration {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	var out []time.Duration
+	for _, at := range cw.seen {
+		out = append(out, at.Sub(start))
+	}
+	return out
 }
 
 func (cw *claimWatch) stop() {
@@ -552,6 +585,17 @@ func quantiles(ds []time.Duration) []time.Duration {
 	return out
 }
 
+func minOf(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	m := ds[0]
+	for _, d := range ds {
+		m = min(m, d)
+	}
+	return m
+}
+
 func maxOf(ds []time.Duration) time.Duration {
 	var m time.Duration
 	for _, d := range ds {
@@ -605,7 +649,15 @@ func ratios(f, k []time.Duration) string {
 }
 
 func (r burstResult) summary() string {
-	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB; CPU until the last registered: %s; API server %s",
+	servers := fmt.Sprintf("; claims created %s–%s", round(minOf(r.claimsCreated)), round(maxOf(r.claimsCreated)))
+	if len(r.appliesStarted) > 0 {
+		servers += fmt.Sprintf(", applies started %s–%s (to the second)", round(minOf(r.appliesStarted)), round(maxOf(r.appliesStarted)))
+	}
+	if len(r.serversCreated) > 0 {
+		servers += fmt.Sprintf("; %d servers created (POST /servers answered) from %s to %s after the burst", len(r.serversCreated),
+			round(minOf(r.serversCreated)), round(maxOf(r.serversCreated)))
+	}
+	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB; CPU until the last registered: %s; API server %s%s",
 		r.pods, round(r.bound), len(r.launched), durations(quantiles(r.launched)), len(r.registered), round(maxOf(r.registered)),
-		createDurations(r.create, r.createMax), r.peakRSS>>20, r.cpu, r.api)
+		createDurations(r.create, r.createMax), r.peakRSS>>20, r.cpu, r.api, servers)
 }
