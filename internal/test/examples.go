@@ -10,16 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	sigsyaml "sigs.k8s.io/yaml"
-
-	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
 // ExpectExamplesAdmitted decodes each file of an examples folder strictly into its object
@@ -29,17 +24,8 @@ import (
 func ExpectExamplesAdmitted(t *testing.T, cfg *rest.Config, dir string, objects map[string]client.Object) {
 	t.Helper()
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientscheme.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Karpenter's types register themselves in client-go's scheme.
-	karpenter := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
-	scheme.AddKnownTypes(karpenter, &karpv1.NodePool{}, &karpv1.NodePoolList{})
-	metav1.AddToGroupVersion(scheme, karpenter)
-	kube, err := client.New(cfg, client.Options{Scheme: scheme})
+	// client-go's scheme holds this project's types and Karpenter's: both register there.
+	kube, err := client.New(cfg, client.Options{Scheme: clientscheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

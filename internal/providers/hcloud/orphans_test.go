@@ -14,12 +14,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
@@ -52,16 +49,7 @@ func TestOrphanCollection(t *testing.T) {
 	ctx := context.Background()
 	s := standin.StartT(t, standin.Options{})
 	c := hcloudClient(s)
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientscheme.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	karpenter := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
-	scheme.AddKnownTypes(karpenter, &karpv1.NodeClaim{}, &karpv1.NodeClaimList{})
-	metav1.AddToGroupVersion(scheme, karpenter)
-	kube, err := client.New(controlPlane.Config, client.Options{Scheme: scheme})
+	kube, err := client.New(controlPlane.Config, client.Options{Scheme: clientscheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
