@@ -649,15 +649,15 @@ func ratios(f, k []time.Duration) string {
 }
 
 func (r burstResult) summary() string {
-	servers := fmt.Sprintf("; claims created %s–%s", round(minOf(r.claimsCreated)), round(maxOf(r.claimsCreated)))
+	timeline := fmt.Sprintf("; claims created %s–%s", round(minOf(r.claimsCreated)), round(maxOf(r.claimsCreated)))
 	if len(r.appliesStarted) > 0 {
-		servers += fmt.Sprintf(", applies started %s–%s (to the second)", round(minOf(r.appliesStarted)), round(maxOf(r.appliesStarted)))
+		timeline += fmt.Sprintf(", applies started %s–%s (to the second)", round(minOf(r.appliesStarted)), round(maxOf(r.appliesStarted)))
 	}
 	if len(r.serversCreated) > 0 {
-		servers += fmt.Sprintf("; %d servers created (POST /servers answered) from %s to %s after the burst", len(r.serversCreated),
+		timeline += fmt.Sprintf("; %d servers created (POST /servers answered) from %s to %s after the burst", len(r.serversCreated),
 			round(minOf(r.serversCreated)), round(maxOf(r.serversCreated)))
 	}
 	return fmt.Sprintf("all %d pods bound after %s; %d claims launched: create→Launched p50/p90/p99 %s; %d registered, the last after %s; Create %s; peak memory %d MiB; CPU until the last registered: %s; API server %s%s",
 		r.pods, round(r.bound), len(r.launched), durations(quantiles(r.launched)), len(r.registered), round(maxOf(r.registered)),
-		createDurations(r.create, r.createMax), r.peakRSS>>20, r.cpu, r.api, servers)
+		createDurations(r.create, r.createMax), r.peakRSS>>20, r.cpu, r.api, timeline)
 }

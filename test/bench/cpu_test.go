@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -108,42 +109,48 @@ func snapshotCPU(dir string) cpuSnapshot {
 	return snap
 }
 
-// role is what a process of the environment is; a process under the controller (not the
-// controller itself) is a run.
-func (s cpuSnapshot) role(pid int) string {
+// fulfiller reports whether the process is the development binary running command
+// (controller, sim).
+func (p procTimes) fulfiller(command string) bool {
+	return len(p.args) > 1 && strings.HasPrefix(filepath.Base(p.args[0]), "fulfiller") && p.args[1] == command
+}
+
+// ownRoles are the processes known by their program.
+var ownRoles = map[string]string{
+	"kube-apiserver": roleAPIServer, "etcd": roleEtcd, "kube-scheduler": roleScheduler,
+	"kube-controller-manager": roleKCM, "karpenter-kwok": roleController, "kwok": roleMachines,
+}
+
+// ownRole is what a process is by itself, "" when its program does not say.
+func (s cpuSnapshot) ownRole(pid int) string {
 	p := s[pid]
-	base := ""
-	if len(p.args) > 0 {
-		base = filepath.Base(p.args[0])
-	}
 	switch {
 	case pid == os.Getpid():
 		return roleBench
-	case base == "kube-apiserver":
-		return roleAPIServer
-	case base == "etcd":
-		return roleEtcd
-	case base == "kube-scheduler":
-		return roleScheduler
-	case base == "kube-controller-manager":
-		return roleKCM
-	case base == "karpenter-kwok":
+	case p.fulfiller("controller"):
 		return roleController
-	case base == "kwok":
+	case p.fulfiller("sim"):
 		return roleMachines
-	case strings.HasPrefix(base, "fulfiller") && len(p.args) > 1 && p.args[1] == "controller":
-		return roleController
-	case strings.HasPrefix(base, "fulfiller") && len(p.args) > 1 && p.args[1] == "sim":
-		return roleMachines
+	case len(p.args) > 0:
+		return ownRoles[filepath.Base(p.args[0])]
 	}
-	for up, depth := p.ppid, 0; depth < 64; up, depth = s[up].ppid, depth+1 {
+	return ""
+}
+
+// role is what a process of the environment is: its own role, or that of the nearest
+// ancestor that is the fulfiller's controller (the process is a run) or a machine.
+func (s cpuSnapshot) role(pid int) string {
+	if r := s.ownRole(pid); r != "" {
+		return r
+	}
+	for up, depth := s[pid].ppid, 0; depth < 64; up, depth = s[up].ppid, depth+1 {
 		q, ok := s[up]
-		if !ok {
-			break
-		}
-		if r := s.role(up); r == roleController && len(q.args) > 1 && q.args[1] == "controller" {
+		switch {
+		case !ok:
+			return roleOther
+		case q.fulfiller("controller"):
 			return roleRuns
-		} else if r == roleMachines {
+		case s.ownRole(up) == roleMachines:
 			return roleMachines
 		}
 	}
@@ -171,7 +178,7 @@ func cpuBetween(before, after cpuSnapshot, wall time.Duration) cpuUse {
 		role := after.role(pid)
 		use.byRole[role] += self
 		// The controller's reaped children are its runs; anyone else's belong to its role.
-		if role == roleController && strings.HasPrefix(filepath.Base(p.args[0]), "fulfiller") {
+		if p.fulfiller("controller") {
 			use.byRole[roleRuns] += reaped
 		} else if pid != os.Getpid() {
 			use.byRole[role] += reaped
@@ -319,4 +326,41 @@ func sortedKeys(m map[string]time.Duration) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// TestCPURoles: each process of a burst's environment is counted under its role, a run's
+// processes (alive, or reaped by the controller) under runs.
+func TestCPURoles(t *testing.T) {
+	self := os.Getpid()
+	before := cpuSnapshot{
+		10: {ppid: 1, comm: "fulfiller-dev", args: []string{"/b/fulfiller-dev", "dev", "serve"}},
+		11: {ppid: 10, comm: "kube-apiserver", args: []string{"/t/kube-apiserver"}, self: time.Second},
+		12: {ppid: 10, comm: "fulfiller-dev", args: []string{"/b/fulfiller-dev", "controller"}, self: time.Second, reaped: time.Second},
+	}
+	after := cpuSnapshot{
+		self: {ppid: 1, comm: "bench.test", args: []string{"/tmp/bench.test"}, self: 3 * time.Second, reaped: time.Second},
+		10:   before[10],
+		11:   {ppid: 10, comm: "kube-apiserver", args: []string{"/t/kube-apiserver"}, self: 4 * time.Second},
+		12:   {ppid: 10, comm: "fulfiller-dev", args: []string{"/b/fulfiller-dev", "controller"}, self: 3 * time.Second, reaped: 6 * time.Second},
+		20:   {ppid: 12, comm: "fulfiller-dev", args: []string{"/b/fulfiller-dev", "run", "--request", "r"}, self: 100 * time.Millisecond},
+		21:   {ppid: 20, comm: "tofu", args: []string{"/t/tofu", "apply"}, self: 200 * time.Millisecond, reaped: 300 * time.Millisecond},
+		30:   {ppid: 1, comm: "fulfiller-dev", args: []string{"/b/fulfiller-dev", "sim", "run"}, self: 500 * time.Millisecond},
+		31:   {ppid: 30, comm: "sh", args: []string{"sh"}, self: 100 * time.Millisecond},
+		40:   {ppid: self, comm: "karpenter-kwok", args: []string{"/t/karpenter-kwok"}, self: time.Second, reaped: time.Second},
+		41:   {ppid: 40, comm: "sh", args: []string{"sh"}, self: 100 * time.Millisecond},
+	}
+	got := cpuBetween(before, after, 10*time.Second).byRole
+	want := map[string]time.Duration{
+		roleAPIServer:  3 * time.Second,
+		roleController: 2*time.Second + 2*time.Second, // the fulfiller's and karpenter-kwok's (with its reaped children)
+		roleRuns:       5*time.Second + 600*time.Millisecond,
+		roleMachines:   600 * time.Millisecond,
+		roleBench:      3 * time.Second,
+		roleOther:      100 * time.Millisecond,
+	}
+	for _, r := range roleOrder {
+		if got[r] != want[r] {
+			t.Errorf("%s: %s, want %s", r, got[r], want[r])
+		}
+	}
 }
