@@ -76,7 +76,7 @@ func (c *FulfillmentController) addRun(f *v1alpha1.Fulfillment, op tfrunner.Oper
 // finishRun records a finished run from the executor's status. Its runner is free: the claim
 // that has waited longest for one is woken.
 func (c *FulfillmentController) finishRun(run *v1alpha1.Run, st tfrunner.RunStatus) {
-	c.waiters.runEnded()
+	c.waiters.wakeNext()
 	now := metav1.NewTime(c.clock.Now())
 	if st.Result != nil && !st.Result.Finished.IsZero() {
 		now = metav1.NewTime(st.Result.Finished)

@@ -44,9 +44,9 @@ func (w *runWaiters) remove(name string) {
 	w.waiting = slices.DeleteFunc(w.waiting, func(s string) bool { return s == name })
 }
 
-// runEnded wakes the claim that has waited longest for a runner, if any: the run that ended
+// wakeNext wakes the claim that has waited longest for a runner, if any: the run that ended
 // freed one.
-func (w *runWaiters) runEnded() {
+func (w *runWaiters) wakeNext() {
 	w.mu.Lock()
 	if len(w.waiting) == 0 {
 		w.mu.Unlock()
