@@ -110,6 +110,26 @@ func TestReconcile(t *testing.T) {
 			e.reconcile(name)
 			e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.ReasonApplied)
 		}},
+		{"a run whose end the executor reports is looked at less often, for its progress", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			e.exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true, Progress: "hcloud_server.this: Creating...", EndReported: true})
+			e.create(claim)
+			e.reconcile(name)
+			if res := e.reconcile(name); res.RequeueAfter != reportedPollInterval {
+				t.Errorf("requeue %s, want %s", res.RequeueAfter, reportedPollInterval)
+			}
+			c := e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionUnknown, v1alpha1.ReasonApplying)
+			if want := name + "-apply-1: hcloud_server.this: Creating..."; c.Message != want {
+				t.Errorf("message %q, want %q", c.Message, want)
+			}
+		}},
+		{"a run whose end nobody reports is polled", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			e.exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true})
+			e.create(claim)
+			e.reconcile(name)
+			if res := e.reconcile(name); res.RequeueAfter != pollInterval {
+				t.Errorf("requeue %s, want %s", res.RequeueAfter, pollInterval)
+			}
+		}},
 		{"an apply waits for a runner while the slots are full", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			e.exec.Limiter = tfrunner.NewLimiter(tfrunner.MaxRuns(1))
 			e.exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true})

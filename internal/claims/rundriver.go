@@ -17,6 +17,9 @@ import (
 const (
 	// pollInterval: a run in progress is looked at again.
 	pollInterval = 2 * time.Second
+	// reportedPollInterval: a run whose end the executor reports (RunStatus.EndReported;
+	// RunEnded wakes its claim) is looked at again for its progress and deadline only.
+	reportedPollInterval = 10 * time.Second
 	// lockRecheck: a run waiting for its state lock looks again.
 	lockRecheck = 10 * time.Second
 	// admissionRecheck: a run the executor did not admit (no free runner) asks again, or
@@ -78,6 +81,9 @@ func (d *runDriver) drive(ctx context.Context, s *claimState) (reconcile.Result,
 		}
 		if d.watch != nil {
 			d.watch(s, run)
+		}
+		if st.EndReported {
+			return reconcile.Result{RequeueAfter: reportedPollInterval}, nil, nil
 		}
 		return reconcile.Result{RequeueAfter: pollInterval}, nil, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,6 +45,10 @@ type RunStatus struct {
 	// Progress is the latest message tofu reported while the run goes on (e.g.
 	// "terraform_data.machine: Creating..."), for status displays.
 	Progress string
+	// EndReported: the executor will report this running run's end as it happens
+	// (LocalExecutor.OnEnd), so a caller looks again for its progress only, not to notice
+	// its end.
+	EndReported bool
 }
 
 // Done reports whether the run has finished (Succeeded or Failed): its runner has ended.
@@ -155,6 +160,9 @@ type LocalExecutor struct {
 	OnEnd func(name string, labels map[string]string)
 
 	ownLimiter Limiter
+	// reaping holds the names of the runs whose runner this executor waits for (and so
+	// reports the end of), until it has ended.
+	reaping sync.Map
 }
 
 var _ Executor = (*LocalExecutor)(nil)
@@ -278,8 +286,10 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 		_ = cmd.Wait()
 		return err
 	}
+	e.reaping.Store(req.Name, struct{}{})
 	go func() { // reap; adopters poll /proc instead
 		_ = cmd.Wait()
+		e.reaping.Delete(req.Name)
 		if e.OnEnd != nil {
 			e.OnEnd(req.Name, req.Labels)
 		}
@@ -347,6 +357,8 @@ func (e *LocalExecutor) Status(ctx context.Context, name, claimUID string) (RunS
 			return st, nil
 		}
 		st.Progress = lastProgress(st.LogPath)
+		_, reaping := e.reaping.Load(name)
+		st.EndReported = reaping && e.OnEnd != nil
 		return st, nil
 	case !hasPID && time.Since(info.ModTime()) < startWindow:
 		return st, nil

@@ -227,14 +227,15 @@ func TestMainWritesResult(t *testing.T) {
 }
 
 // A run's runner and every process it starts get the executor's niceness, whether they
-// started before the executor set it or after; when the runner ends, OnEnd hears of it.
+// started before the executor set it or after; when the runner ends, OnEnd hears of it, and
+// until then Status says so (EndReported).
 func TestLocalExecutorRunsNice(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	killRunners(t, dir)
 	// The "runner" waits until the test has seen Start return, then has a child (cut) read
-	// its own niceness: field 19 of /proc/self/stat.
-	script := `while [ ! -e go ]; do sleep 0.05; done; cut -d' ' -f19 /proc/self/stat > nice.tmp && mv nice.tmp nice`
+	// its own niceness (field 19 of /proc/self/stat), and ends when the test says.
+	script := `while [ ! -e go ]; do sleep 0.05; done; cut -d' ' -f19 /proc/self/stat > nice.tmp && mv nice.tmp nice; while [ ! -e done ]; do sleep 0.05; done`
 	ended := make(chan string, 1)
 	e := &LocalExecutor{Dir: dir, Command: []string{"sh", "-c", script, "sh"}, Limiter: NewLimiter(MaxRuns(1)), Nice: 7,
 		OnEnd: func(name string, labels map[string]string) { ended <- name + " " + labels[LabelNodeClaim] }}
@@ -260,6 +261,18 @@ func TestLocalExecutorRunsNice(t *testing.T) {
 			t.Fatalf("the run never reported its niceness: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// While it runs, this executor says it will report its end; another on the same folder
+	// (a restarted controller adopting it) does not.
+	if st, err := e.Status(context.Background(), req.Name, ""); err != nil || st.Phase != RunRunning || !st.EndReported {
+		t.Errorf("status of a run it reaps: %+v, %v; want Running with its end reported", st, err)
+	}
+	adopter := &LocalExecutor{Dir: dir, Command: e.Command, Limiter: NewLimiter(MaxRuns(1)), OnEnd: e.OnEnd}
+	if st, err := adopter.Status(context.Background(), req.Name, ""); err != nil || st.Phase != RunRunning || st.EndReported {
+		t.Errorf("status of an adopted run: %+v, %v; want Running, its end not reported", st, err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "done"), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case got := <-ended:

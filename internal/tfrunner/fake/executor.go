@@ -61,6 +61,8 @@ type Outcome struct {
 	Hold bool
 	// Progress is what Status reports while the run goes on.
 	Progress string
+	// EndReported is what Status says of a run going on: that its end will be reported.
+	EndReported bool
 	// Error, when set, fails the run with it; otherwise the run succeeds.
 	Error *tfrunner.RunError
 	// ProviderID and Addresses of a successful apply (default ProviderID:
@@ -294,7 +296,7 @@ func (e *Executor) Status(_ context.Context, name, claimUID string) (st tfrunner
 	default:
 		r.polls++
 		if r.outcome.Hold || r.polls <= r.outcome.Polls {
-			st.Progress = r.outcome.Progress
+			st.Progress, st.EndReported = r.outcome.Progress, r.outcome.EndReported
 			return st, nil
 		}
 		e.end(r)
