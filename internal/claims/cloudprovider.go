@@ -53,6 +53,8 @@ type CloudProvider struct {
 
 	// pools lease machines of the classes whose family is a finite pool (WithPools).
 	pools *pools
+	// records, when set, writes Create's records after its answer (WithRecordsAfterAnswer).
+	records *records
 
 	mu    sync.Mutex
 	cache map[types.UID]cachedTypes
@@ -86,6 +88,14 @@ func (c *CloudProvider) WithStateNamespace(namespace string) *CloudProvider {
 	return c
 }
 
+// WithRecordsAfterAnswer makes Create answer before its record, the Fulfillment, is written:
+// the write follows at once, in the background (records). Classes whose family leases
+// machines from a pool still record before the answer: the lease is a write anyway.
+func (c *CloudProvider) WithRecordsAfterAnswer() *CloudProvider {
+	c.records = newRecords(c.kube, c.kube)
+	return c
+}
+
 func (c *CloudProvider) Name() string { return ProviderName }
 
 func (c *CloudProvider) GetSupportedNodeClasses() []status.Object {
@@ -103,8 +113,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		}
 		return nil, fmt.Errorf("reading nodeclass: %w", err)
 	}
-	f := &v1alpha1.Fulfillment{}
-	err = c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f)
+	f, err := c.recorded(ctx, claim)
 	switch {
 	case apierrors.IsNotFound(err):
 		// Only a new decision needs a Ready class: a claim decided already gets its answer
@@ -133,6 +142,19 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		return nil, err
 	}
 	return c.hydrate(claim, nc, nt, f, providerID)
+}
+
+// recorded is the claim's record: its Fulfillment from the cache, or the one written after
+// the answer that is not there yet.
+func (c *CloudProvider) recorded(ctx context.Context, claim *karpv1.NodeClaim) (*v1alpha1.Fulfillment, error) {
+	f := &v1alpha1.Fulfillment{}
+	err := c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f)
+	if apierrors.IsNotFound(err) && c.records != nil {
+		if pending, ok := c.records.get(claim.Name, claim.UID); ok {
+			return pending, nil
+		}
+	}
+	return f, err
 }
 
 // readyForNewClaims is nil when the class may launch a new claim. While its checks have not
@@ -196,6 +218,33 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if err != nil {
 		return nil, cloudprovider.NewInsufficientCapacityError(err)
 	}
+	f, err := c.fulfillmentFor(nc, claim, ch.nodeType, ch.zone, ch.capType, ch.offering.Price)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.leaseFor(ctx, nc, claim, f); err != nil {
+		return nil, err
+	}
+	if _, _, pooled := c.pools.poolOf(nc); c.records != nil && !pooled {
+		c.records.add(ctx, f)
+		return f, nil
+	}
+	if err := c.kube.Create(ctx, f); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			got := &v1alpha1.Fulfillment{}
+			if err := c.kube.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
+				return nil, fmt.Errorf("reading fulfillment: %w", err)
+			}
+			return got, nil
+		}
+		return nil, fmt.Errorf("creating fulfillment: %w", err)
+	}
+	return f, nil
+}
+
+// fulfillmentFor is the record of the decision to launch the claim as a node of type nt in
+// zone, of capacity type capType, at price.
+func (c *CloudProvider) fulfillmentFor(nc *v1alpha1.TofuNodeClass, claim *karpv1.NodeClaim, nt *v1alpha1.NodeType, zone, capType string, price float64) (*v1alpha1.Fulfillment, error) {
 	key, err := statelock.KeyFor(claim.Name)
 	if err != nil {
 		return nil, cloudprovider.NewCreateError(err, v1alpha1.ReasonInvalidClaimName, err.Error())
@@ -210,31 +259,18 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 			NodeClaimUID: string(claim.UID),
 			NodeClass:    nc.Name,
 			NodePool:     claim.Labels[karpv1.NodePoolLabelKey],
-			NodeType:     ch.nodeType.Name,
-			Zone:         ch.zone,
-			CapacityType: ch.capType,
-			Price:        fmt.Sprintf("%g", ch.offering.Price),
+			NodeType:     nt.Name,
+			Zone:         zone,
+			CapacityType: capType,
+			Price:        fmt.Sprintf("%g", price),
 			NodeName:     claim.Name,
-			ProviderID:   providerIDFor(ch.nodeType, claim.Name),
+			ProviderID:   providerIDFor(nt, claim.Name),
 			StateKey:     string(key),
-			Module:       moduleFor(nc, ch.nodeType),
-			Hash:         nodeHash(nc, ch.nodeType),
+			Module:       moduleFor(nc, nt),
+			Hash:         nodeHash(nc, nt),
 		},
 	}
-	f.Spec.Settings = settingsFor(nc, ch.nodeType, f, c.stateNamespace)
-	if err := c.leaseFor(ctx, nc, claim, f); err != nil {
-		return nil, err
-	}
-	if err := c.kube.Create(ctx, f); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			got := &v1alpha1.Fulfillment{}
-			if err := c.kube.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
-				return nil, fmt.Errorf("reading fulfillment: %w", err)
-			}
-			return got, nil
-		}
-		return nil, fmt.Errorf("creating fulfillment: %w", err)
-	}
+	f.Spec.Settings = settingsFor(nc, nt, f, c.stateNamespace)
 	return f, nil
 }
 
@@ -284,8 +320,17 @@ func moduleFor(nc *v1alpha1.TofuNodeClass, _ *v1alpha1.NodeType) string {
 // once the machine is destroyed and its state removed. It first records on the Fulfillment
 // that Karpenter called it: a Fulfillment deleted by someone else waits for that.
 func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
+	reader := client.Reader(c.kube)
+	if c.records != nil {
+		if c.records.drop(claim.Name, claim.UID) {
+			return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s was never written", claim.Name))
+		}
+		if c.records.has(claim.Name) {
+			reader = c.reader // written, maybe not in the cache yet
+		}
+	}
 	f := &v1alpha1.Fulfillment{}
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f); err != nil {
+	if err := reader.Get(ctx, client.ObjectKey{Name: claim.Name}, f); err != nil {
 		if apierrors.IsNotFound(err) {
 			return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s is gone", claim.Name))
 		}

@@ -45,7 +45,8 @@ func Run(families family.Registry) {
 		stateNamespace = opts.Namespace
 	}
 	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithAPIReader(op.Manager.GetAPIReader()).
-		WithStateNamespace(stateNamespace).WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace)
+		WithStateNamespace(stateNamespace).WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace).
+		WithRecordsAfterAnswer()
 	cloudProvider := metrics.Decorate(provider)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
@@ -75,6 +76,7 @@ func Run(families family.Registry) {
 			claims.NewPoolKeeper(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families,
 				opts.Namespace, stateNamespace, opts.ClusterName, opts.PoolKeeperInterval),
 			fulfillments,
+			claims.NewRecordRecovery(provider, op.Clock),
 		).
 		Start(ctx)
 }
