@@ -114,6 +114,16 @@ type claimState struct {
 	observed *family.Observation
 	// afterWrite runs once the status is written (metrics of what changed).
 	afterWrite []func()
+	// minted is what the bootstrap stage made in this reconcile (the stages after it need
+	// not read it back); zero otherwise.
+	minted minted
+}
+
+// minted is a claim's user data and its bootstrap token's expiry, as the bootstrap stage
+// made them.
+type minted struct {
+	userData     string
+	tokenExpires time.Time
 }
 
 type stage interface {

@@ -1,10 +1,12 @@
 package claims
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
@@ -109,6 +111,27 @@ func TestReconcile(t *testing.T) {
 			e.expectEvents(v1alpha1.ReasonApplyStarted)
 			e.reconcile(name)
 			e.expectCondition(name, v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.ReasonApplied)
+		}},
+		{"the first reconcile mints the token and user data and starts the apply without reading them back", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			e.create(claim)
+			e.reconcile(name)
+			e.expectRuns(name, name+"-apply-1=Running")
+			f := e.fulfillment(name)
+			// The user data is looked for once, before it is made (an earlier reconcile whose
+			// status write was lost may have made it); neither is read after.
+			token, userData := "kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+f.Status.TokenID, testNamespace+"/"+f.Status.UserDataSecret
+			if n, m := countOf(e.secretReads, token), countOf(e.secretReads, userData); n != 0 || m != 1 {
+				t.Errorf("read the token %d times and the user data %d times (reads %v); want 0 and 1", n, m, e.secretReads)
+			}
+			if req, ok := e.exec.Request(name + "-apply-1"); !ok || req.Variables[tfrunner.VarUserData] == "" {
+				t.Error("the apply got no user data")
+			}
+			// A later reconcile reads the token to see whether it is due for an extension.
+			e.secretReads = nil
+			e.reconcile(name)
+			if !slices.Contains(e.secretReads, "kube-system/"+bootstrapapi.BootstrapTokenSecretPrefix+f.Status.TokenID) {
+				t.Errorf("a later reconcile did not look at the token: reads %v", e.secretReads)
+			}
 		}},
 		{"a run whose end the executor reports is looked at less often, for its progress", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			e.exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true, Progress: "hcloud_server.this: Creating...", EndReported: true})
@@ -364,4 +387,14 @@ func expectNoWake(t *testing.T, c *FulfillmentController) {
 		t.Fatalf("woke %s", ev.Object.GetName())
 	default:
 	}
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }

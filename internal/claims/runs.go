@@ -116,8 +116,8 @@ func (c *FulfillmentController) retryWait(run *v1alpha1.Run, attempts int) time.
 
 // request builds the runner request of one operation of a claim.
 func (c *FulfillmentController) request(ctx context.Context, s *claimState, op tfrunner.Operation, attempt int) (tfrunner.Request, error) {
-	userData := ""
-	if s.f.Status.UserDataSecret != "" {
+	userData := s.minted.userData
+	if userData == "" && s.f.Status.UserDataSecret != "" {
 		secret := &corev1.Secret{}
 		err := c.apiReader.Get(ctx, client.ObjectKey{Namespace: c.opts.Namespace, Name: s.f.Status.UserDataSecret}, secret)
 		switch {

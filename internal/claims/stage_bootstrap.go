@@ -91,8 +91,9 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	}
 	ttl := s.nc.TokenTTL()
 	labels := map[string]string{LabelNodeClaim: s.f.Name}
+	expires := b.c.clock.Now().Add(ttl)
 	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
-		Expires:     b.c.clock.Now().Add(ttl),
+		Expires:     expires,
 		Description: "fulfiller join token of nodeclaim " + s.f.Name,
 		Labels:      labels,
 	})
@@ -113,6 +114,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		return reconcile.Result{}, fmt.Errorf("creating user data secret: %w", err)
 	}
 	s.f.Status.UserDataSecret, s.f.Status.TokenID = name, tok.ID
+	s.minted = minted{userData: string(userData), tokenExpires: expires}
 	return reconcile.Result{}, nil
 }
 

@@ -29,34 +29,46 @@ func (t *tokenStage) reconcile(ctx context.Context, s *claimState) (reconcile.Re
 	if s.f.Status.TokenID == "" || s.conds.IsTrue(v1alpha1.ConditionJoined) || failed(s) || s.nc == nil || s.f.Status.Stages.ClaimCreated == nil {
 		return reconcile.Result{}, nil
 	}
-	secret := &corev1.Secret{}
-	err := t.c.apiReader.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstrapapi.BootstrapTokenSecretPrefix + s.f.Status.TokenID}, secret)
-	if apierrors.IsNotFound(err) {
-		return reconcile.Result{}, nil // revoked, or already expired and cleaned up
-	}
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("reading bootstrap token: %w", err)
-	}
-	expires, err := time.Parse(time.RFC3339, string(secret.Data[bootstrapapi.BootstrapTokenExpirationKey]))
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("bootstrap token %s has an unreadable expiration: %w", s.f.Status.TokenID, err)
-	}
 	ttl := s.nc.TokenTTL()
 	limit := s.f.Status.Stages.ClaimCreated.Add(registrationWindow + time.Minute)
-	next, extend := tokenExtension(t.c.clock.Now(), expires, ttl, limit)
-	if extend {
-		patch := client.MergeFrom(secret.DeepCopy())
-		secret.Data[bootstrapapi.BootstrapTokenExpirationKey] = []byte(next.UTC().Format(time.RFC3339))
-		if err := t.c.kube.Patch(ctx, secret, patch); err != nil {
-			return reconcile.Result{}, fmt.Errorf("extending bootstrap token: %w", err)
+	expires := s.minted.tokenExpires // minted just now: nothing to read back, nothing to extend
+	if expires.IsZero() {
+		secret := &corev1.Secret{}
+		err := t.c.apiReader.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstrapapi.BootstrapTokenSecretPrefix + s.f.Status.TokenID}, secret)
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil // revoked, or already expired and cleaned up
 		}
-		log.FromContext(ctx).Info("extended bootstrap token of unjoined claim", "tokenID", s.f.Status.TokenID, "expires", next.UTC())
-		expires = next
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("reading bootstrap token: %w", err)
+		}
+		if expires, err = t.extend(ctx, s, secret, ttl, limit); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	if !expires.Before(limit) {
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{RequeueAfter: max(expires.Add(-ttl/2).Sub(t.c.clock.Now()), time.Second)}, nil
+}
+
+// extend pushes the expiry of the claim's token Secret out when it is due
+// (tokenExtension), and returns the expiry it has now.
+func (t *tokenStage) extend(ctx context.Context, s *claimState, secret *corev1.Secret, ttl time.Duration, limit time.Time) (time.Time, error) {
+	expires, err := time.Parse(time.RFC3339, string(secret.Data[bootstrapapi.BootstrapTokenExpirationKey]))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bootstrap token %s has an unreadable expiration: %w", s.f.Status.TokenID, err)
+	}
+	next, extend := tokenExtension(t.c.clock.Now(), expires, ttl, limit)
+	if extend {
+		patch := client.MergeFrom(secret.DeepCopy())
+		secret.Data[bootstrapapi.BootstrapTokenExpirationKey] = []byte(next.UTC().Format(time.RFC3339))
+		if err := t.c.kube.Patch(ctx, secret, patch); err != nil {
+			return time.Time{}, fmt.Errorf("extending bootstrap token: %w", err)
+		}
+		log.FromContext(ctx).Info("extended bootstrap token of unjoined claim", "tokenID", s.f.Status.TokenID, "expires", next.UTC())
+		expires = next
+	}
+	return expires, nil
 }
 
 // tokenExtension decides whether a token expiring at expires is extended now: once less than

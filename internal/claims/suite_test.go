@@ -46,6 +46,8 @@ type env struct {
 	writes []int
 	// conflicts is how many status writes of a Fulfillment fail with a conflict next.
 	conflicts int
+	// secretReads are the Secrets read, as namespace/name.
+	secretReads []string
 }
 
 // newEnv starts a world with the cluster CA, a Ready class "sim" (the test builders' defaults)
@@ -59,7 +61,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	}
 	nc := test.NodeClass("sim")
 	test.Ready(nc)
-	e.kube = test.NewClient(&interceptor.Funcs{SubResourcePatch: e.statusPatch}, ca)
+	e.kube = test.NewClient(&interceptor.Funcs{SubResourcePatch: e.statusPatch, Get: e.get}, ca)
 	test.ExpectApplied(t, e.kube, nc)
 	test.ExpectApplied(t, e.kube, objs...)
 	e.exec = fake.New(e.clock)
@@ -68,6 +70,14 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 		Options{Namespace: testNamespace, TofuPath: "/bin/tofu"})
 	e.provider = NewCloudProvider(e.kube, e.clock, e.unavailable).WithStateNamespace(testNamespace)
 	return e
+}
+
+// get records the Secrets read.
+func (e *env) get(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Secret); ok {
+		e.secretReads = append(e.secretReads, key.String())
+	}
+	return c.Get(ctx, key, obj, opts...)
 }
 
 // statusPatch counts the Fulfillment's status writes and fails as many as conflicts says.
