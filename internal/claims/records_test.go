@@ -66,6 +66,20 @@ func asyncProvider(e *env, w *recordWrites) *CloudProvider {
 	return NewCloudProvider(kube, e.clock, e.unavailable).WithStateNamespace(testNamespace).WithRecordsAfterAnswer()
 }
 
+// createAsync makes the claim and calls Create through a provider whose records are
+// written through w, which must answer.
+func createAsync(t *testing.T, e *env, w *recordWrites, name string) (*CloudProvider, *karpv1.NodeClaim, *karpv1.NodeClaim) {
+	t.Helper()
+	p := asyncProvider(e, w)
+	claim := test.NodeClaim(name, "sim", e.clock.Now())
+	test.ExpectApplied(t, e.kube, claim)
+	answer, err := p.Create(e.ctx, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, claim, answer
+}
+
 // eventually waits (real time: the writes are goroutines) until cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -90,13 +104,7 @@ func TestRecordsAfterAnswer(t *testing.T) {
 	t.Run("Create answers before the write, and again from the record until the cache has it", func(t *testing.T) {
 		e := newEnv(t)
 		w := &recordWrites{release: make(chan struct{})}
-		p := asyncProvider(e, w)
-		claim := test.NodeClaim("sim-a1", "sim", e.clock.Now())
-		test.ExpectApplied(t, e.kube, claim)
-		first, err := p.Create(e.ctx, claim)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, claim, first := createAsync(t, e, w, "sim-a1")
 		if first.Status.ProviderID != "fake://sim-a1" || first.Labels[corev1.LabelInstanceTypeStable] != "small" {
 			t.Errorf("answer %q %v", first.Status.ProviderID, first.Labels)
 		}
@@ -122,12 +130,7 @@ func TestRecordsAfterAnswer(t *testing.T) {
 		e := newEnv(t)
 		busy := apierrors.NewTooManyRequests("busy", 0)
 		w := &recordWrites{fail: []error{busy, busy}}
-		p := asyncProvider(e, w)
-		claim := test.NodeClaim("sim-a2", "sim", e.clock.Now())
-		test.ExpectApplied(t, e.kube, claim)
-		if _, err := p.Create(e.ctx, claim); err != nil {
-			t.Fatal(err)
-		}
+		_, claim, _ := createAsync(t, e, w, "sim-a2")
 		eventually(t, "the record", func() bool { _, ok := fulfillmentExists(e, claim.Name); return ok })
 		if w.count() != 3 {
 			t.Errorf("%d writes, want 3", w.count())
@@ -136,12 +139,7 @@ func TestRecordsAfterAnswer(t *testing.T) {
 	t.Run("Delete before the write lands: the record written meanwhile is deleted", func(t *testing.T) {
 		e := newEnv(t)
 		w := &recordWrites{release: make(chan struct{})}
-		p := asyncProvider(e, w)
-		claim := test.NodeClaim("sim-a3", "sim", e.clock.Now())
-		test.ExpectApplied(t, e.kube, claim)
-		if _, err := p.Create(e.ctx, claim); err != nil {
-			t.Fatal(err)
-		}
+		p, claim, _ := createAsync(t, e, w, "sim-a3")
 		eventually(t, "the write to be on its way", func() bool { return w.count() == 1 })
 		if err := p.Delete(e.ctx, claim); !cloudprovider.IsNodeClaimNotFoundError(err) {
 			t.Fatalf("Delete before the write: %v, want NodeClaimNotFound", err)
@@ -177,12 +175,7 @@ func TestRecordsAfterAnswer(t *testing.T) {
 		e := newEnv(t)
 		invalid := apierrors.NewInvalid(schema.GroupKind{Group: v1alpha1.Group, Kind: "Fulfillment"}, "sim-a5", nil)
 		w := &recordWrites{fail: []error{invalid}}
-		p := asyncProvider(e, w)
-		claim := test.NodeClaim("sim-a5", "sim", e.clock.Now())
-		test.ExpectApplied(t, e.kube, claim)
-		if _, err := p.Create(e.ctx, claim); err != nil {
-			t.Fatal(err)
-		}
+		_, claim, _ := createAsync(t, e, w, "sim-a5")
 		eventually(t, "the claim to be deleted", func() bool {
 			err := e.kube.Get(e.ctx, client.ObjectKeyFromObject(claim), &karpv1.NodeClaim{})
 			return apierrors.IsNotFound(err)
@@ -273,14 +266,7 @@ func TestRecordRecovery(t *testing.T) {
 	t.Run("left alone: a record still being written", func(t *testing.T) {
 		e := newEnv(t)
 		w := &recordWrites{release: make(chan struct{})}
-		p := asyncProvider(e, w)
-		claim := test.NodeClaim("sim-r3", "sim", e.clock.Now())
-		test.ExpectApplied(t, e.kube, claim)
-		answer, err := p.Create(e.ctx, claim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		claim = answer
+		p, _, claim := createAsync(t, e, w, "sim-r3")
 		claim.Status.Conditions = []status.Condition{{Type: karpv1.ConditionTypeLaunched, Status: metav1.ConditionTrue, Reason: "Launched",
 			LastTransitionTime: metav1.NewTime(e.clock.Now().Add(-time.Minute))}}
 		if _, err := NewRecordRecovery(p, e.clock).Reconcile(e.ctx, claim); err != nil {
