@@ -63,6 +63,14 @@ func DocumentedBudgets() map[string]Budget {
 // sharedBudgets names endpoints that count against another endpoint's budget.
 var sharedBudgets = map[string]string{EndpointServer: EndpointServers}
 
+// window is how long a request counts against the budget here: the interval, and a margin
+// (a twentieth of it, at most a second). The webservice counts a request from when it
+// arrives, this client from when it sends it; without the margin, a request that arrived
+// late keeps counting there after it stopped counting here.
+func (b Budget) window() time.Duration {
+	return b.Interval + min(b.Interval/20, time.Second)
+}
+
 // limiter keeps, per endpoint, the times of the requests sent within the last interval (a
 // sliding window, as the webservice counts) and when the webservice last refused one.
 type limiter struct {
@@ -118,13 +126,14 @@ func (l *limiter) take(endpoint string) (time.Time, Budget, bool) {
 		ready = b
 	}
 	if limited && budget.Requests > 0 {
+		window := budget.window()
 		sent := l.sent[key]
-		for len(sent) > 0 && !sent[0].Add(budget.Interval).After(now) {
+		for len(sent) > 0 && !sent[0].Add(window).After(now) {
 			sent = sent[1:]
 		}
 		l.sent[key] = sent
 		if len(sent) >= budget.Requests {
-			if r := sent[len(sent)-budget.Requests].Add(budget.Interval); r.After(ready) {
+			if r := sent[len(sent)-budget.Requests].Add(window); r.After(ready) {
 				ready = r
 			}
 		}
