@@ -37,6 +37,9 @@ type Options struct {
 	StateNamespace string
 	// TofuPath is the tofu binary runners use.
 	TofuPath string
+	// TofuStartsProviders leaves starting the providers to tofu, once per step of a run,
+	// instead of the runner starting each once per run (tfrunner.Request.TofuStartsProviders).
+	TofuStartsProviders bool
 	// RunEnv is extra environment for every run (e.g. KUBECONFIG for the kubernetes backend
 	// when runs are local processes).
 	RunEnv map[string]string

@@ -181,8 +181,9 @@ func (c *FulfillmentController) request(ctx context.Context, s *claimState, op t
 			tfrunner.VarLabels:     labels,
 			tfrunner.VarParameters: params,
 		},
-		Env:      env,
-		TofuPath: c.opts.TofuPath,
+		Env:                 env,
+		TofuPath:            c.opts.TofuPath,
+		TofuStartsProviders: c.opts.TofuStartsProviders,
 		// The runner Job and its pod carry the claim's name: kubectl get jobs -l karpenter.sh/nodeclaim=<claim>;
 		// and its UID, so that an earlier claim's run of the same name is never taken for this one's.
 		Labels:      map[string]string{tfrunner.LabelNodeClaim: s.f.Name, tfrunner.LabelNodeClaimUID: s.f.Spec.NodeClaimUID},

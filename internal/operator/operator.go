@@ -54,11 +54,12 @@ func Run(families family.Registry) {
 	fulfillments := claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
 		Namespace:       opts.Namespace,
 		StateNamespace:  opts.StateNamespace,
-		TofuPath:        tofu,
-		RunEnv:          runEnv,
-		DestroyDeadline: opts.DestroyDeadline,
-		Families:        families,
-		ClusterName:     opts.ClusterName,
+		TofuPath:            tofu,
+		TofuStartsProviders: opts.TofuStartsProviders,
+		RunEnv:              runEnv,
+		DestroyDeadline:     opts.DestroyDeadline,
+		Families:            families,
+		ClusterName:         opts.ClusterName,
 	})
 	if local, ok := executor.(*tfrunner.LocalExecutor); ok {
 		local.OnEnd = fulfillments.RunEnded // a claim learns at once that its run ended

@@ -66,6 +66,11 @@ type Request struct {
 	Env map[string]string `json:"env,omitempty"`
 	// TofuPath is the tofu binary.
 	TofuPath string `json:"tofuPath"`
+	// TofuStartsProviders leaves starting the providers to tofu, which starts each one anew
+	// for every step of the operation (schemas, validation, plan, apply). By default the
+	// runner starts each provider the configuration uses with one provider configuration
+	// once, and tofu reattaches to it for every step (see providers.go).
+	TofuStartsProviders bool `json:"tofuStartsProviders,omitempty"`
 	// LockTimeout is how long tofu retries a held state lock (0: fail at once).
 	LockTimeout time.Duration `json:"lockTimeout,omitempty"`
 	// Deadline bounds the run from the runner's start (0: no bound of its own). Past it the

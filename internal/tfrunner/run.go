@@ -172,12 +172,22 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	}
 
 	lockTimeout := tfexec.LockTimeout(fmt.Sprintf("%dms", req.LockTimeout.Milliseconds()))
+	applyOpts := []tfexec.ApplyOption{tfexec.VarFile(varsFile), lockTimeout}
+	destroyOpts := []tfexec.DestroyOption{tfexec.VarFile(varsFile), lockTimeout}
+	var providers runProviders
+	if !req.TofuStartsProviders {
+		providers = startRunProviders(ctx, moduleDir, env, out)
+	}
+	if r := providers.reattach(); r != nil {
+		applyOpts, destroyOpts = append(applyOpts, r), append(destroyOpts, r)
+	}
 	switch req.Operation {
 	case Apply:
-		err = tf.ApplyJSON(ctx, out, tfexec.VarFile(varsFile), lockTimeout)
+		err = tf.ApplyJSON(ctx, out, applyOpts...)
 	case Destroy:
-		err = tf.DestroyJSON(ctx, out, tfexec.VarFile(varsFile), lockTimeout)
+		err = tf.DestroyJSON(ctx, out, destroyOpts...)
 	}
+	providers.stop() // tofu has exited; the phase counts their CPU once they are reaped
 	if err != nil {
 		return fmt.Errorf("tofu %s: %w", req.Operation, err)
 	}
