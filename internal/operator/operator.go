@@ -52,8 +52,8 @@ func Run(families family.Registry) {
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
 
 	fulfillments := claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
-		Namespace:       opts.Namespace,
-		StateNamespace:  opts.StateNamespace,
+		Namespace:           opts.Namespace,
+		StateNamespace:      opts.StateNamespace,
 		TofuPath:            tofu,
 		TofuStartsProviders: opts.TofuStartsProviders,
 		RunEnv:              runEnv,

@@ -21,8 +21,8 @@ func TestProviderAddr(t *testing.T) {
 		"hetznercloud/hcloud":                       "registry.opentofu.org/hetznercloud/hcloud",
 		"HetznerCloud/HCloud":                       "registry.opentofu.org/hetznercloud/hcloud",
 		"registry.terraform.io/hetznercloud/hcloud": "registry.terraform.io/hetznercloud/hcloud",
-		"null":                                      "registry.opentofu.org/hashicorp/null",
-		"example.com/acme/thing":                    "example.com/acme/thing",
+		"null":                   "registry.opentofu.org/hashicorp/null",
+		"example.com/acme/thing": "example.com/acme/thing",
 	} {
 		if got := providerAddr(source); got != want {
 			t.Errorf("providerAddr(%q) = %q, want %q", source, got, want)
