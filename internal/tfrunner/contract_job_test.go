@@ -278,8 +278,8 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 	e.Backstop = 3 * time.Second
 	e.Limiter = NewLimiter(MaxRuns(1))
 	eventually(t, 30*time.Second, "the contract's Jobs to finish", func() bool {
-		n, err := e.inProgress(ctx)
-		return err == nil && n == 0
+		names, err := e.inProgress(ctx)
+		return err == nil && len(names) == 0
 	})
 	req := nodeRequest(t, "deadline-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"sleep_seconds": "60"})
 	req.Labels = map[string]string{LabelNodeClaim: "deadline", LabelNodeClaimUID: "uid-deadline"}

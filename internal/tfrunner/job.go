@@ -183,8 +183,8 @@ func (e *JobExecutor) Start(ctx context.Context, req Request) error {
 			return true, e.ensureSecret(ctx, job, req) // a Start that stopped between the two
 		},
 		Load: func(ctx context.Context) (Load, error) {
-			n, err := e.inProgress(ctx)
-			return Load{Runs: n}, err
+			names, err := e.inProgress(ctx)
+			return Load{Runs: len(names), Names: names}, err
 		},
 		Create: func(ctx context.Context) error { return e.create(ctx, req) },
 	})
@@ -228,21 +228,21 @@ func (e *JobExecutor) ensureSecret(ctx context.Context, job *batchv1.Job, req Re
 	return nil
 }
 
-// inProgress counts the executor's Jobs that have not finished.
-func (e *JobExecutor) inProgress(ctx context.Context) (int, error) {
+// inProgress are the executor's Jobs that have not finished, by name.
+func (e *JobExecutor) inProgress(ctx context.Context) (map[string]bool, error) {
 	list, err := e.Client.BatchV1().Jobs(e.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy}).String(),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("listing runner Jobs: %w", err)
+		return nil, fmt.Errorf("listing runner Jobs: %w", err)
 	}
-	n := 0
+	names := map[string]bool{}
 	for i := range list.Items {
 		if _, done := jobFinished(&list.Items[i]); !done && list.Items[i].DeletionTimestamp == nil {
-			n++
+			names[list.Items[i].Name] = true // a Job is named after its run
 		}
 	}
-	return n, nil
+	return names, nil
 }
 
 // job builds the Job of a run. Nothing from the request but its name, operation and labels

@@ -25,9 +25,11 @@ import (
 const DefaultMaxConcurrent = 4
 
 // Limiter admits new runs. Every executor starts its runs through one (Start): under one lock
-// it looks whether the run exists already, counts what is in progress, asks each Budget, and
-// only then creates the run, so two Starts never both take the last slot. One Limiter may be
-// shared by executors that draw on the same budgets.
+// it looks whether the run exists already, counts what is in progress, asks each Budget and
+// takes a slot, so two Starts never both take the last slot. The run is then created outside
+// the lock: creating one (a runner process, a Job) takes from tens of milliseconds to seconds
+// on a busy machine or API server, and a burst's runs must not be created one after another.
+// One Limiter may be shared by executors that draw on the same budgets.
 //
 // The zero Limiter admits DefaultMaxConcurrent runs at once.
 //
@@ -38,6 +40,9 @@ const DefaultMaxConcurrent = 4
 type Limiter struct {
 	budgets []Budget // nil: MaxRuns(DefaultMaxConcurrent)
 	mu      sync.Mutex
+	// creating are the runs admitted whose creation is under way, by name. They count as in
+	// progress until it ends, whether or not the executor's Load sees them yet.
+	creating map[string]struct{}
 }
 
 // NewLimiter admits a run when every budget does (none: any run).
@@ -53,7 +58,8 @@ type Budget interface {
 }
 
 // Spender is a Budget that a started run takes something from: Spend is called, under the
-// Limiter's lock, once a run every budget admitted has been created.
+// Limiter's lock, once every budget admitted a run, before the run is created (a run whose
+// creation fails has spent too).
 type Spender interface {
 	Spend(req Request)
 }
@@ -62,6 +68,9 @@ type Spender interface {
 type Load struct {
 	// Runs that were started and have not ended, adopted ones included.
 	Runs int
+	// Names are the runs counted in Runs (nil: not known). A run that the Limiter is still
+	// creating is counted once more unless it is among them.
+	Names map[string]bool
 }
 
 // AdmissionError: a run may not start now; it is retried later. Reason is the condition
@@ -93,14 +102,35 @@ type StartSteps struct {
 // idempotent), a new one only once every budget admits it. A refused run returns an
 // *AdmissionError (ErrBusy).
 func (l *Limiter) Start(ctx context.Context, req Request, steps StartSteps) error {
+	if admitted, err := l.admit(ctx, req, steps); !admitted || err != nil {
+		return err
+	}
+	err := steps.Create(ctx)
+	l.mu.Lock()
+	delete(l.creating, req.Name)
+	l.mu.Unlock()
+	return err
+}
+
+// admit decides, under the lock, whether req is a new run every budget admits, and if so
+// spends its budgets and counts it as being created.
+func (l *Limiter) admit(ctx context.Context, req Request, steps StartSteps) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, ok := l.creating[req.Name]; ok {
+		return false, nil // another Start is creating this run
+	}
 	if exists, err := steps.Exists(ctx); exists || err != nil {
-		return err
+		return false, err
 	}
 	load, err := steps.Load(ctx)
 	if err != nil {
-		return err
+		return false, err
+	}
+	for name := range l.creating {
+		if !load.Names[name] {
+			load.Runs++
+		}
 	}
 	budgets := l.budgets
 	if budgets == nil {
@@ -108,18 +138,19 @@ func (l *Limiter) Start(ctx context.Context, req Request, steps StartSteps) erro
 	}
 	for _, b := range budgets {
 		if err := b.Admit(ctx, req, load); err != nil {
-			return fmt.Errorf("starting run %s: %w", req.Name, err)
+			return false, fmt.Errorf("starting run %s: %w", req.Name, err)
 		}
-	}
-	if err := steps.Create(ctx); err != nil {
-		return err
 	}
 	for _, b := range budgets {
 		if s, ok := b.(Spender); ok {
 			s.Spend(req)
 		}
 	}
-	return nil
+	if l.creating == nil {
+		l.creating = map[string]struct{}{}
+	}
+	l.creating[req.Name] = struct{}{}
+	return true, nil
 }
 
 // waitingForRunner refuses a run because n runs are in progress of a bound of n; why says

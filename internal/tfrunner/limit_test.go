@@ -34,7 +34,11 @@ func (m *memStore) steps(name string) StartSteps {
 		Load: func(context.Context) (Load, error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			return Load{Runs: len(m.started)}, nil
+			names := map[string]bool{}
+			for name := range m.started {
+				names[name] = true
+			}
+			return Load{Runs: len(names), Names: names}, nil
 		},
 		Create: func(context.Context) error {
 			m.mu.Lock()
@@ -117,6 +121,86 @@ func TestLimiterAdmitsUpToItsBudgets(t *testing.T) {
 	}
 	if err := zero.Start(ctx, Request{Name: "one-more"}, full.steps("one-more")); !errors.Is(err, ErrBusy) {
 		t.Errorf("zero limiter past DefaultMaxConcurrent: %v", err)
+	}
+}
+
+// spendCount is a Spender that counts what it was spent.
+type spendCount struct {
+	mu    sync.Mutex
+	spent int
+}
+
+func (c *spendCount) Admit(context.Context, Request, Load) error { return nil }
+
+func (c *spendCount) Spend(Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.spent++
+}
+
+// TestLimiterCreatesOutsideItsLock: runs are created at the same time, not one after another
+// (a Create waits here until two are under way), yet a run being created holds its slot
+// before the store shows it, is not created twice, and has spent its budgets; a failed
+// creation frees its slot.
+func TestLimiterCreatesOutsideItsLock(t *testing.T) {
+	ctx := context.Background()
+	store := &memStore{started: map[string]bool{}}
+	spent := &spendCount{}
+	l := NewLimiter(MaxRuns(2), spent)
+	underWay := make(chan string, 2)
+	release := make(chan struct{})
+	creates := map[string]int{}
+	var mu sync.Mutex
+	slow := func(name string, fail bool) StartSteps {
+		steps := store.steps(name)
+		create := steps.Create
+		steps.Create = func(ctx context.Context) error {
+			mu.Lock()
+			creates[name]++
+			mu.Unlock()
+			underWay <- name
+			<-release
+			if fail {
+				return errors.New("no such binary")
+			}
+			return create(ctx)
+		}
+		return steps
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- l.Start(ctx, Request{Name: "a-apply-1"}, slow("a-apply-1", false)) }()
+	go func() { errs <- l.Start(ctx, Request{Name: "b-apply-1"}, slow("b-apply-1", true)) }()
+	for range 2 {
+		select {
+		case <-underWay:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second run was not created while the first one was")
+		}
+	}
+	// Both slots are taken by runs the store does not show yet.
+	if err := l.Start(ctx, Request{Name: "c-apply-1"}, store.steps("c-apply-1")); !errors.Is(err, ErrBusy) ||
+		err.Error() != "starting run c-apply-1: 2 of 2 tofu runs in progress (FULFILLER_MAX_CONCURRENT_RUNS): waiting for a runner" {
+		t.Errorf("a third run while two are being created: %v", err)
+	}
+	if err := l.Start(ctx, Request{Name: "a-apply-1"}, slow("a-apply-1", false)); err != nil {
+		t.Errorf("starting a run that is being created: %v", err)
+	}
+	if spent.spent != 2 {
+		t.Errorf("the budgets were spent %d times for the two runs being created, want 2", spent.spent)
+	}
+	close(release)
+	var failed int
+	for range 2 {
+		if err := <-errs; err != nil {
+			failed++
+		}
+	}
+	if failed != 1 || creates["a-apply-1"] != 1 || creates["b-apply-1"] != 1 {
+		t.Errorf("%d failed, creates %v; want 1 failed, each created once", failed, creates)
+	}
+	// The failed creation gave its slot back.
+	if err := l.Start(ctx, Request{Name: "c-apply-1"}, store.steps("c-apply-1")); err != nil {
+		t.Errorf("a run after a failed creation: %v", err)
 	}
 }
 

@@ -213,8 +213,8 @@ func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
 		},
 		Load: func(context.Context) (Load, error) {
-			n, err := e.inProgress()
-			return Load{Runs: n}, err
+			names, err := e.inProgress()
+			return Load{Runs: len(names), Names: names}, err
 		},
 		Create: func(context.Context) error { return e.create(dir, req) },
 	})
@@ -297,26 +297,26 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 	return nil
 }
 
-// inProgress counts runs in Dir whose runner is alive.
-func (e *LocalExecutor) inProgress() (int, error) {
+// inProgress are the runs in Dir whose runner is alive.
+func (e *LocalExecutor) inProgress() (map[string]bool, error) {
 	entries, err := os.ReadDir(e.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("listing runs: %w", err)
+		return nil, fmt.Errorf("listing runs: %w", err)
 	}
-	n := 0
+	names := map[string]bool{}
 	for _, entry := range entries {
 		if !entry.IsDir() {
 			continue
 		}
 		dir := filepath.Join(e.Dir, entry.Name())
 		if pid, _, ok := readPID(dir); ok && runnerAlive(pid, dir) {
-			n++
+			names[entry.Name()] = true
 		}
 	}
-	return n, nil
+	return names, nil
 }
 
 // Status implements Executor.

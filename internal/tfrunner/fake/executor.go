@@ -240,7 +240,8 @@ func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) 
 		Load: func(context.Context) (tfrunner.Load, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			return tfrunner.Load{Runs: e.inProgress()}, nil
+			names := e.inProgressNames()
+			return tfrunner.Load{Runs: len(names), Names: names}, nil
 		},
 		Create: func(context.Context) error {
 			e.mu.Lock()
@@ -378,14 +379,17 @@ func (e *Executor) settle(r *run) {
 	}
 }
 
-func (e *Executor) inProgress() int {
-	n := 0
-	for _, r := range e.runs {
+func (e *Executor) inProgress() int { return len(e.inProgressNames()) }
+
+// inProgressNames are the runs that have not ended, by name.
+func (e *Executor) inProgressNames() map[string]bool {
+	names := map[string]bool{}
+	for name, r := range e.runs {
 		if e.settle(r); r.result == nil {
-			n++
+			names[name] = true
 		}
 	}
-	return n
+	return names
 }
 
 // end finishes r with its outcome.
