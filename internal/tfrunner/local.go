@@ -280,16 +280,6 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 			_ = cmd.Wait()
 			return fmt.Errorf("setting the runner's niceness to %d: %w", e.Nice, err)
 		}
-		// With autogroup scheduling (Linux's CONFIG_SCHED_AUTOGROUP, on in most
-		// distributions' kernels) a niceness counts only among the processes of one session,
-		// and the runner's session is its own: each run would weigh as much as the controller,
-		// and 40 runs starting at once left the controller and the API server a twentieth of
-		// the CPUs. The session's group gets the niceness too.
-		if err := setAutogroupNice(pid, e.Nice); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return fmt.Errorf("setting the niceness of the runner's autogroup to %d: %w", e.Nice, err)
-		}
 	}
 	if err := writeFileAtomic(filepath.Join(dir, PIDFileName), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		_ = cmd.Process.Kill()
@@ -529,15 +519,4 @@ func lastProgress(logPath string) string {
 		}
 	}
 	return ""
-}
-
-// setAutogroupNice sets the niceness of the scheduling autogroup of process pid's session
-// (/proc/<pid>/autogroup). Without autogroups (a kernel built without them, or no /proc) there
-// is nothing to set; a process that has ended needs none.
-func setAutogroupNice(pid, nice int) error {
-	err := os.WriteFile(fmt.Sprintf("/proc/%d/autogroup", pid), []byte(strconv.Itoa(nice)), 0)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return err
 }
