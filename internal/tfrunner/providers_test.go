@@ -258,16 +258,17 @@ func TestStartProvider(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("handshake, logs, stop", func(t *testing.T) {
-		// As a plugin: checks tofu's cookie, announces its socket, logs like go-plugin (a JSON
-		// line, dropped) and like a crashing provider (plain text, kept), then serves.
+		// As a plugin: checks tofu's cookie, logs like go-plugin (a JSON line, dropped) and
+		// like a crashing provider (plain text, kept), announces its socket, then serves.
+		// (What it writes before it is killed reaches the log: stop drains its stderr.)
 		dir, p := fakeProvider(t, `
 [ "$TF_PLUGIN_MAGIC_COOKIE" = d602bf8f470bc67ca7faa0386276bbdd4330efaf76d1a219cb4d6991ca9872b2 ] || exit 3
 [ "$PLUGIN_PROTOCOL_VERSIONS" = 5,6 ] || exit 4
 [ "$HCLOUD_TOKEN" = from-the-run ] || exit 5
 [ "$(pwd)" = "$MODULE" ] || exit 6
 echo '{"@level":"debug","@message":"plugin address"}' >&2
-echo "1|6|unix|$PWD/plugin.sock|grpc|"
 echo "panic: something the provider says" >&2
+echo "1|6|unix|$PWD/plugin.sock|grpc|"
 exec sleep 60
 `)
 		var log strings.Builder
