@@ -182,11 +182,8 @@ func (e *JobExecutor) Start(ctx context.Context, req Request) error {
 			}
 			return true, e.ensureSecret(ctx, job, req) // a Start that stopped between the two
 		},
-		Load: func(ctx context.Context) (Load, error) {
-			names, err := e.inProgress(ctx)
-			return Load{Runs: len(names), Names: names}, err
-		},
-		Create: func(ctx context.Context) error { return e.create(ctx, req) },
+		InProgress: e.inProgress,
+		Create:     func(ctx context.Context) error { return e.create(ctx, req) },
 	})
 }
 

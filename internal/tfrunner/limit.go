@@ -68,9 +68,6 @@ type Spender interface {
 type Load struct {
 	// Runs that were started and have not ended, adopted ones included.
 	Runs int
-	// Names are the runs counted in Runs (nil: not known). A run that the Limiter is still
-	// creating is counted once more unless it is among them.
-	Names map[string]bool
 }
 
 // AdmissionError: a run may not start now; it is retried later. Reason is the condition
@@ -92,8 +89,9 @@ type StartSteps struct {
 	// Exists reports whether a run of the request's name exists already (started before, or
 	// by another executor on the same store); its error, such as ErrOtherClaimsRun, is Start's.
 	Exists func(ctx context.Context) (bool, error)
-	// Load counts what the executor has in progress.
-	Load func(ctx context.Context) (Load, error)
+	// InProgress names the runs the executor has in progress. The Limiter counts them, with
+	// the runs it is creating that are not among them yet, as the Load its budgets see.
+	InProgress func(ctx context.Context) (map[string]bool, error)
 	// Create starts the run.
 	Create func(ctx context.Context) error
 }
@@ -123,12 +121,13 @@ func (l *Limiter) admit(ctx context.Context, req Request, steps StartSteps) (boo
 	if exists, err := steps.Exists(ctx); exists || err != nil {
 		return false, err
 	}
-	load, err := steps.Load(ctx)
+	running, err := steps.InProgress(ctx)
 	if err != nil {
 		return false, err
 	}
+	load := Load{Runs: len(running)}
 	for name := range l.creating {
-		if !load.Names[name] {
+		if !running[name] {
 			load.Runs++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,14 +32,10 @@ func (m *memStore) steps(name string) StartSteps {
 			defer m.mu.Unlock()
 			return m.started[name], nil
 		},
-		Load: func(context.Context) (Load, error) {
+		InProgress: func(context.Context) (map[string]bool, error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			names := map[string]bool{}
-			for name := range m.started {
-				names[name] = true
-			}
-			return Load{Runs: len(names), Names: names}, nil
+			return maps.Clone(m.started), nil
 		},
 		Create: func(context.Context) error {
 			m.mu.Lock()

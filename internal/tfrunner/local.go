@@ -212,11 +212,8 @@ func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 			}
 			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
 		},
-		Load: func(context.Context) (Load, error) {
-			names, err := e.inProgress()
-			return Load{Runs: len(names), Names: names}, err
-		},
-		Create: func(context.Context) error { return e.create(dir, req) },
+		InProgress: func(context.Context) (map[string]bool, error) { return e.inProgress() },
+		Create:     func(context.Context) error { return e.create(dir, req) },
 	})
 }
 

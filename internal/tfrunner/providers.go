@@ -59,6 +59,7 @@ type installedProvider struct {
 	addr    string // host/namespace/type, lower case
 	version string
 	binary  string
+	problem string // why the runner cannot start it ("" when it can)
 }
 
 // shareableProviders are the providers of the working directory moduleDir (after init) that
@@ -78,8 +79,8 @@ func shareableProviders(moduleDir string) (map[string]installedProvider, []strin
 	for _, addr := range slices.Sorted(maps.Keys(installed)) {
 		p := installed[addr]
 		switch {
-		case p.binary == "":
-			notShared = append(notShared, addr+": "+p.version)
+		case p.problem != "":
+			notShared = append(notShared, addr+": "+p.problem)
 		case configs[addr] != "":
 			notShared = append(notShared, addr+": "+configs[addr])
 		default:
@@ -91,7 +92,7 @@ func shareableProviders(moduleDir string) (map[string]installedProvider, []strin
 
 // installedProviders reads .terraform/providers/<host>/<namespace>/<type>/<version>/<os>_<arch>/
 // of a working directory. A provider with more than one version there, or without exactly one
-// executable terraform-provider-<type>*, has no binary and the reason in version.
+// executable terraform-provider-<type>*, has a problem instead of a binary.
 func installedProviders(moduleDir string) (map[string]installedProvider, error) {
 	root := filepath.Join(moduleDir, dataDir, "providers")
 	platform := runtime.GOOS + "_" + runtime.GOARCH
@@ -105,7 +106,8 @@ func installedProviders(moduleDir string) (map[string]installedProvider, error) 
 		parts := strings.Split(filepath.ToSlash(rel), "/")
 		addr, version, typ := strings.ToLower(strings.Join(parts[:3], "/")), parts[3], parts[2]
 		if prev, ok := out[addr]; ok {
-			out[addr] = installedProvider{addr: addr, version: "several versions installed (" + prev.version + ", " + version + ")"}
+			versions := prev.version + ", " + version
+			out[addr] = installedProvider{addr: addr, version: versions, problem: "several versions installed (" + versions + ")"}
 			continue
 		}
 		p := installedProvider{addr: addr, version: version}
@@ -126,7 +128,7 @@ func installedProviders(moduleDir string) (map[string]installedProvider, error) 
 		if len(bins) == 1 {
 			p.binary = bins[0]
 		} else {
-			p.version = fmt.Sprintf("%d executables named terraform-provider-%s in %s", len(bins), typ, dir)
+			p.problem = fmt.Sprintf("%d executables named terraform-provider-%s in %s", len(bins), typ, dir)
 		}
 		out[addr] = p
 	}

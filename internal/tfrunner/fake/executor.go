@@ -237,11 +237,10 @@ func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) 
 			}
 			return true, tfrunner.CheckOwner(req.Name, r.req.Labels, req.Labels[tfrunner.LabelNodeClaimUID])
 		},
-		Load: func(context.Context) (tfrunner.Load, error) {
+		InProgress: func(context.Context) (map[string]bool, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			names := e.inProgressNames()
-			return tfrunner.Load{Runs: len(names), Names: names}, nil
+			return e.inProgressNames(), nil
 		},
 		Create: func(context.Context) error {
 			e.mu.Lock()
