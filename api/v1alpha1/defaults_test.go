@@ -26,7 +26,7 @@ func TestDefaultsLiveOnce(t *testing.T) {
 		want[backend+".encryption.method"] = string((&v1alpha1.BackendEncryption{}).MethodOrDefault())
 	}
 	got := map[string]string{}
-	for _, crd := range crds.CRDs {
+	for _, crd := range crds.CRDs() {
 		for _, v := range crd.Spec.Versions {
 			collectDefaults(t, "", v.Schema.OpenAPIV3Schema, got)
 		}

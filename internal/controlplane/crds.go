@@ -19,7 +19,7 @@ import (
 // DefaultCRDs are the CRDs every control plane of the project carries: Karpenter's, from the
 // pinned module, and the fulfiller's.
 func DefaultCRDs() []*apiextensionsv1.CustomResourceDefinition {
-	return append(append([]*apiextensionsv1.CustomResourceDefinition{}, karpenterapis.CRDs...), crds.CRDs...)
+	return append(append([]*apiextensionsv1.CustomResourceDefinition{}, karpenterapis.CRDs...), crds.CRDs()...)
 }
 
 // installCRDs creates (or updates) each CRD and waits until the API server serves it.
