@@ -26,8 +26,9 @@ const usage = `usage: fulfiller-dev sim <command> [flags]
 Simulated machines, the stand-in for VMs and servers in tests and the local environment.
 
 commands:
-  start --state-dir DIR --name NAME --user-data FILE [flags]
-                    power a machine on in the background (idempotent)
+  start --state-dir DIR --name NAME --user-data FILE [--in-place] [flags]
+                    power a machine on in the background (idempotent); with
+                    --in-place this process becomes the machine
   run --config FILE run a machine in the foreground until SIGTERM
   stop --state-dir DIR
                     power a machine off (idempotent)
@@ -46,7 +47,7 @@ func mainTo(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "start":
-		err = startCommand(args[1:], stderr)
+		err = startCommand(args[1:], stdout, stderr)
 	case "run":
 		err = runCommand(args[1:], stdout, stderr)
 	case "stop":
@@ -92,7 +93,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-func startCommand(args []string, stderr io.Writer) error {
+func startCommand(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("start", stderr)
 	stateDir := fs.String("state-dir", "", "folder of the machine's state: config, log, pid, kubelet credentials (required)")
 	name := fs.String("name", "", "machine name, also the hostname (required)")
@@ -111,6 +112,7 @@ func startCommand(args []string, stderr io.Writer) error {
 	cniNever := fs.Bool("cni-never", false, "the network plugin never comes up")
 	gpuDelay := fs.Duration("gpu-delay", 0, "time from registration until the device plugin registers the GPUs (allocatable 0 before)")
 	gpuNever := fs.Bool("gpu-never", false, "the device plugin never registers the GPUs")
+	inPlace := fs.Bool("in-place", false, "be the machine instead of starting a process for it: say on stdout that it runs, point stdout and stderr at its log and run it (the caller starts this in the background and reads stdout until it closes)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -164,6 +166,9 @@ func startCommand(args []string, stderr io.Writer) error {
 			{Type: corev1.NodeHostName, Address: *name},
 		},
 	}
+	if *inPlace {
+		return StartHere(cfg, stdout)
+	}
 	if err := Start(cfg, nil); err != nil {
 		return err
 	}
@@ -191,13 +196,18 @@ func runCommand(args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fmt.Errorf("parsing %s: %w", *configPath, err)
 	}
+	runUntilStopped(cfg, stdout)
+	return nil
+}
+
+// runUntilStopped runs the machine until SIGTERM or SIGINT.
+func runUntilStopped(cfg MachineConfig, log io.Writer) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := RunMachine(ctx, cfg, stdout); err != nil {
-		fmt.Fprintf(stdout, "%s machine %s: join failed, staying powered on without a kubelet until stopped\n", time.Now().UTC().Format(time.RFC3339Nano), cfg.Name)
+	if err := RunMachine(ctx, cfg, log); err != nil {
+		fmt.Fprintf(log, "%s machine %s: join failed, staying powered on without a kubelet until stopped\n", time.Now().UTC().Format(time.RFC3339Nano), cfg.Name)
 		<-ctx.Done()
 	}
-	return nil
 }
 
 func stopCommand(args []string, stderr io.Writer) error {

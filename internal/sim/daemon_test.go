@@ -3,13 +3,16 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -76,6 +79,72 @@ func TestStartStop(t *testing.T) {
 	}
 	if strings.Contains(log, tok.Secret) {
 		t.Errorf("the log shows the token secret:\n%s", log)
+	}
+}
+
+// TestStartInPlace starts machines as modules/sim does: `sim start --in-place` in the
+// background of a shell that reads its stdout until the machine points it at its log. The
+// shell returns while the machine runs, with the pid it reported, in a session of its own; a
+// second start reports that machine; a start that cannot be says why, and no machine runs.
+func TestStartInPlace(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const name = "sim-in-place"
+	tok := mintToken(ctx, t, time.Now().Add(10*time.Minute))
+	dir := t.TempDir()
+	userData := writeUserData(t, dir, joinSpec(t, name, tok))
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(stateDir string, flags ...string) string {
+		t.Helper()
+		script := `out=$("$0" sim start --in-place "$@" </dev/null 2>&1 &); printf '%s' "$out"`
+		args := append([]string{"-c", script, exe, "--state-dir", stateDir, "--name", name, "--user-data", userData, "--heartbeat-interval", "1s"}, flags...)
+		out, err := exec.CommandContext(ctx, "/bin/sh", args...).Output()
+		if err != nil {
+			t.Fatalf("the shell that started the machine: %v", err)
+		}
+		return string(out)
+	}
+	stateDir := filepath.Join(dir, "state")
+	t.Cleanup(func() { _ = Stop(stateDir, time.Second) })
+
+	out := start(stateDir)
+	var pid int
+	if _, err := fmt.Sscanf(out, "machine "+name+" running (pid %d)", &pid); err != nil {
+		t.Fatalf("start said %q, not that the machine runs", out)
+	}
+	if running, ok := Running(stateDir); !ok || running != pid {
+		t.Fatalf("Running = %d, %v; the start reported pid %d; log:\n%s", running, ok, pid, readLog(stateDir))
+	}
+	if sid, err := unix.Getsid(pid); err != nil || sid != pid {
+		t.Errorf("the machine's session is %d (%v), want its own (%d)", sid, err, pid)
+	}
+	if again := start(stateDir); again != out {
+		t.Errorf("second start said %q, want %q", again, out)
+	}
+	waitForNode(ctx, t, name, nodeReady)
+
+	if err := Stop(stateDir, 5*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil
+	}); err != nil {
+		t.Errorf("process %d still exists after Stop", pid)
+	}
+	if log := readLog(stateDir); !strings.Contains(log, "powered off") || strings.Contains(log, tok.Secret) {
+		t.Errorf("the log should say the machine powered off, without the token secret:\n%s", log)
+	}
+
+	broken := filepath.Join(dir, "broken")
+	if out := start(broken, "--cpu", "lots"); !strings.Contains(out, `cpu capacity "lots"`) {
+		t.Errorf("a start with a bad capacity said %q", out)
+	}
+	if _, ok := Running(broken); ok {
+		t.Error("a machine runs after a start that failed")
 	}
 }
 

@@ -26,9 +26,20 @@ func root() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// fulfillerBuild is a development binary and the source tree it was built from, whose modules
+// its runs use: a revision's runs need that revision's modules, which may call commands of
+// its own binary.
+type fulfillerBuild struct {
+	bin string
+	src string
+}
+
+// modules is the build's modules folder.
+func (f fulfillerBuild) modules() string { return filepath.Join(f.src, "modules") }
+
 // buildFulfillerDev builds the development binary into dir: the local environment, and a
 // runner whose FULFILLER_BINARY has the `sim` command modules/sim calls.
-func buildFulfillerDev(b *testing.B, dir string) string {
+func buildFulfillerDev(b *testing.B, dir string) fulfillerBuild {
 	b.Helper()
 	bin := filepath.Join(dir, "fulfiller-dev")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller-dev")
@@ -36,13 +47,14 @@ func buildFulfillerDev(b *testing.B, dir string) string {
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("building fulfiller-dev: %v", err)
 	}
-	return bin
+	return fulfillerBuild{bin: bin, src: root()}
 }
 
 // devUp starts the local environment in dir with executor (and the extra environment for
 // the controller), and returns its client, its variables for the examples and how to stop it.
-func devUp(b *testing.B, bin, dir, executor string, extraEnv ...string) (client.Client, map[string]string, func()) {
+func devUp(b *testing.B, build fulfillerBuild, dir, executor string, extraEnv ...string) (client.Client, map[string]string, func()) {
 	b.Helper()
+	bin := build.bin
 	up := exec.Command(bin, "dev", "up", "--dir", dir, "--executor", executor)
 	up.Env = append(os.Environ(), extraEnv...)
 	up.Stdout, up.Stderr = os.Stderr, os.Stderr
@@ -55,7 +67,7 @@ func devUp(b *testing.B, bin, dir, executor string, extraEnv ...string) (client.
 		down()
 		b.Fatal(err)
 	}
-	vars, err := devenv.Vars(dir, filepath.Join(root(), "modules"))
+	vars, err := devenv.Vars(dir, build.modules())
 	if err != nil {
 		down()
 		b.Fatal(err)

@@ -33,9 +33,9 @@ const burstClaims = 20
 func BenchmarkBurst20Claims(b *testing.B) {
 	ctx := ctxFor(b, 30*time.Minute)
 	dir := b.TempDir()
-	bin := buildFulfillerDev(b, dir)
+	build := buildFulfillerDev(b, dir)
 	envDir := filepath.Join(dir, "env")
-	kube, vars, down := devUp(b, bin, envDir, devenv.ExecutorJob)
+	kube, vars, down := devUp(b, build, envDir, devenv.ExecutorJob)
 	b.Cleanup(down)
 	class := &v1alpha1.TofuNodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},

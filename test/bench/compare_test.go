@@ -128,8 +128,9 @@ type burstResult struct {
 func BenchmarkBurstVersusKwok(b *testing.B) {
 	ctx := ctxFor(b, 3*time.Hour)
 	dir := b.TempDir()
-	bin := buildFulfillerDev(b, dir)
-	baseline, rev := "", os.Getenv(baselineRevEnv)
+	this := buildFulfillerDev(b, dir)
+	var baseline fulfillerBuild
+	rev := os.Getenv(baselineRevEnv)
 	if rev != "" {
 		baseline = buildRevision(b, rev, filepath.Join(dir, "baseline"))
 	}
@@ -145,10 +146,10 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 				got := results[c.name]
 				k := burstKwok(b, ctx, filepath.Join(run, "kwok"), c)
 				b.Logf("%s round %d: kwok %s", c.name, r+1, k.summary())
-				f := burstFulfiller(b, ctx, bin, filepath.Join(run, "fulfiller"), c)
+				f := burstFulfiller(b, ctx, this, filepath.Join(run, "fulfiller"), c)
 				b.Logf("%s round %d: fulfiller %s", c.name, r+1, f.summary())
 				got[0], got[1] = append(got[0], k), append(got[1], f)
-				if baseline != "" {
+				if baseline.bin != "" {
 					f := burstFulfiller(b, ctx, baseline, filepath.Join(run, "baseline"), c)
 					b.Logf("%s round %d: fulfiller at %s %s", c.name, r+1, rev, f.summary())
 					got[2] = append(got[2], f)
@@ -159,7 +160,7 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 		b.StopTimer()
 		var table strings.Builder
 		table.WriteString("| burst | all pods bound, fulfiller/kwok | create→Launched p50/p90/p99, fulfiller/kwok | Create p50/p90/p99 (fulfiller) | last node registered, fulfiller/kwok | peak memory, fulfiller/kwok |")
-		if baseline != "" {
+		if baseline.bin != "" {
 			table.WriteString(" all pods bound, " + rev + "/kwok |\n|---|---|---|---|---|---|---|\n")
 		} else {
 			table.WriteString("\n|---|---|---|---|---|---|\n")
@@ -175,7 +176,7 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 				ratios(fl, kl), createDurations(f.create, f.createMax),
 				float64(maxOf(f.registered))/float64(maxOf(k.registered)), round(maxOf(f.registered)), round(maxOf(k.registered)),
 				float64(f.peakRSS)/float64(k.peakRSS), f.peakRSS>>20, k.peakRSS>>20)
-			if baseline != "" {
+			if baseline.bin != "" {
 				base := merge(results[c.name][2])
 				b.ReportMetric(float64(base.bound)/float64(k.bound), c.name+"-baseline-bound-ratio")
 				fmt.Fprintf(&table, " %.2f× (%s) |", float64(base.bound)/float64(k.bound), round(base.bound))
@@ -209,7 +210,7 @@ func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase) burst
 }
 
 // burstFulfiller runs one burst on a fresh local environment of the fulfiller.
-func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstCase) burstResult {
+func burstFulfiller(b *testing.B, ctx context.Context, build fulfillerBuild, dir string, c burstCase) burstResult {
 	b.Helper()
 	var extraEnv []string
 	var hcloud *standin.StandIn
@@ -224,14 +225,14 @@ func burstFulfiller(b *testing.B, ctx context.Context, bin, dir string, c burstC
 		var err error
 		hcloud, err = standin.Start(standin.Options{
 			CreateDuration: c.create,
-			Machines:       &standin.SimMachines{Dir: filepath.Join(dir, "hcloud-machines"), Binary: []string{bin, "sim"}, BootDelay: c.boot},
+			Machines:       &standin.SimMachines{Dir: filepath.Join(dir, "hcloud-machines"), Binary: []string{build.bin, "sim"}, BootDelay: c.boot},
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer hcloud.Close()
 	}
-	kube, vars, down := devUp(b, bin, dir, devenv.ExecutorLocal, extraEnv...)
+	kube, vars, down := devUp(b, build, dir, devenv.ExecutorLocal, extraEnv...)
 	defer down()
 	cfg, err := clientcmd.BuildConfigFromFlags("", devenv.Layout{Dir: dir}.Kubeconfig())
 	if err != nil {

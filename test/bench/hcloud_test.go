@@ -45,12 +45,12 @@ const createBound = 5 * time.Second
 func BenchmarkBurst20HcloudClaims(b *testing.B) {
 	ctx := ctxFor(b, 40*time.Minute)
 	dir := b.TempDir()
-	bin := buildFulfillerDev(b, dir)
+	build := buildFulfillerDev(b, dir)
 	api := standin.StartT(b, standin.Options{
-		Machines: &standin.SimMachines{Dir: filepath.Join(dir, "machines"), Binary: []string{bin, "sim"}, StopGrace: 5 * time.Second},
+		Machines: &standin.SimMachines{Dir: filepath.Join(dir, "machines"), Binary: []string{build.bin, "sim"}, StopGrace: 5 * time.Second},
 	})
 	envDir := filepath.Join(dir, "env")
-	kube, vars, down := devUp(b, bin, envDir, devenv.ExecutorJob)
+	kube, vars, down := devUp(b, build, envDir, devenv.ExecutorJob)
 	b.Cleanup(down)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "hcloud", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}},
 		StringData: map[string]string{"HCLOUD_TOKEN": api.Token(), "HCLOUD_ENDPOINT": api.Endpoint()}}

@@ -31,9 +31,10 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	bin := buildFulfillerDev(b, dir)
+	build := buildFulfillerDev(b, dir)
+	bin := build.bin
 	simDir := filepath.Join(dir, "machines")
-	module := filepath.Join(root(), "modules", "sim")
+	module := filepath.Join(build.modules(), "sim")
 	executor := &tfrunner.LocalExecutor{Dir: filepath.Join(dir, "runs"), Command: []string{bin, "run"}, Limiter: tfrunner.NewLimiter(tfrunner.MaxRuns(1))}
 
 	vars := func(name string) map[string]any {

@@ -26,8 +26,8 @@ const baselineRevEnv = "BENCH_BASELINE_REV"
 
 // runner is a runner binary and how it is run.
 type phaseRunner struct {
-	name string
-	bin  string
+	name  string
+	build fulfillerBuild
 	// cacheDir is the requests' CacheDir ("" for none), fresh: a new folder for every run.
 	cacheDir string
 	fresh    bool
@@ -58,17 +58,16 @@ func BenchmarkRunPhases(b *testing.B) {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	cached := phaseRunner{name: "cached", bin: buildFulfillerDev(b, dir), cacheDir: filepath.Join(dir, "cache")}
+	cached := phaseRunner{name: "cached", build: buildFulfillerDev(b, dir), cacheDir: filepath.Join(dir, "cache")}
 	runners := []phaseRunner{
 		cached,
-		{name: "no-cache", bin: cached.bin},
-		{name: "fresh-cache", bin: cached.bin, cacheDir: filepath.Join(dir, "fresh"), fresh: true},
+		{name: "no-cache", build: cached.build},
+		{name: "fresh-cache", build: cached.build, cacheDir: filepath.Join(dir, "fresh"), fresh: true},
 	}
 	if rev := os.Getenv(baselineRevEnv); rev != "" {
-		runners = append([]phaseRunner{{name: "baseline " + rev, bin: buildRevision(b, rev, filepath.Join(dir, "baseline"))}}, runners...)
+		runners = append([]phaseRunner{{name: "baseline " + rev, build: buildRevision(b, rev, filepath.Join(dir, "baseline"))}}, runners...)
 	}
 	simDir := filepath.Join(dir, "machines")
-	module := filepath.Join(root(), "modules", "sim")
 
 	request := func(rn phaseRunner, claim string, op tfrunner.Operation) tfrunner.Request {
 		name := claim + "-" + string(op)
@@ -77,7 +76,7 @@ func BenchmarkRunPhases(b *testing.B) {
 			cache = filepath.Join(rn.cacheDir, name)
 		}
 		return tfrunner.Request{
-			Name: name, Operation: op, ModuleDir: module,
+			Name: name, Operation: op, ModuleDir: filepath.Join(rn.build.modules(), "sim"),
 			WorkDir:  filepath.Join(dir, "runs", name),
 			CacheDir: cache,
 			Backend:  tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(claim), "default")},
@@ -91,8 +90,8 @@ func BenchmarkRunPhases(b *testing.B) {
 		}
 	}
 	// The first run of a module fills the shared cache; later runs measure the steady state.
-	first := measureRun(b, ctx, cached.bin, request(cached, "phases-warm-up", tfrunner.Apply))
-	measureRun(b, ctx, cached.bin, request(cached, "phases-warm-up", tfrunner.Destroy))
+	first := measureRun(b, ctx, cached.build.bin, request(cached, "phases-warm-up", tfrunner.Apply))
+	measureRun(b, ctx, cached.build.bin, request(cached, "phases-warm-up", tfrunner.Destroy))
 	b.Logf("the first run of the module with the cache (it fills the cache):\n%s", summarize([]runMeasure{first}).table("apply"))
 
 	b.ResetTimer()
@@ -103,8 +102,8 @@ func BenchmarkRunPhases(b *testing.B) {
 		for r := 0; r < n; r++ {
 			for k, rn := range runners {
 				claim := fmt.Sprintf("phases-%d-%d-%d", i, r, k)
-				applies[k] = append(applies[k], measureRun(b, ctx, rn.bin, request(rn, claim, tfrunner.Apply)))
-				destroys[k] = append(destroys[k], measureRun(b, ctx, rn.bin, request(rn, claim, tfrunner.Destroy)))
+				applies[k] = append(applies[k], measureRun(b, ctx, rn.build.bin, request(rn, claim, tfrunner.Apply)))
+				destroys[k] = append(destroys[k], measureRun(b, ctx, rn.build.bin, request(rn, claim, tfrunner.Destroy)))
 			}
 		}
 		b.StopTimer()
@@ -218,8 +217,8 @@ func (s phaseSummary) table(op string) string {
 }
 
 // buildRevision builds the development binary of a git revision of this repository, from
-// `git archive`, into dir.
-func buildRevision(b *testing.B, rev, dir string) string {
+// `git archive`, into dir; the build's runs use that revision's modules.
+func buildRevision(b *testing.B, rev, dir string) fulfillerBuild {
 	b.Helper()
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o700); err != nil {
@@ -235,7 +234,7 @@ func buildRevision(b *testing.B, rev, dir string) string {
 	if err := build.Run(); err != nil {
 		b.Fatalf("building %s: %v", rev, err)
 	}
-	return bin
+	return fulfillerBuild{bin: bin, src: src}
 }
 
 // loadAverage is the first three fields of /proc/loadavg.
