@@ -69,7 +69,9 @@ func cacheable(req Request) bool {
 }
 
 // moduleKey identifies what `tofu init -backend=false` makes of a module: its files (those
-// prepareModule copies), the backend type, the tofu binary and the CLI configuration.
+// prepareModule copies, with whether each is executable), the backend type, the tofu binary
+// and the CLI configuration. Other permission bits do not count: a copy gets them through
+// the umask (a module checked out as 0664 is copied as 0644) and tofu does not read them.
 func moduleKey(src string, backendType, tofuID string, cliConfig []byte) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "backend %q\ntofu %s\ncli %x\n", backendType, tofuID, sha256.Sum256(cliConfig))
@@ -105,7 +107,7 @@ func hashTree(h io.Writer, root, rel string) error {
 			if rerr != nil {
 				return rerr
 			}
-			fmt.Fprintf(h, "file %q %o %d\n", path, info.Mode().Perm(), len(data))
+			fmt.Fprintf(h, "file %q executable=%t %d\n", path, info.Mode().Perm()&0o111 != 0, len(data))
 			_, err = h.Write(data)
 		}
 		if err != nil {

@@ -169,6 +169,29 @@ func TestModuleKey(t *testing.T) {
 			t.Errorf("%s kept the key", name)
 		}
 	}
+	// Permissions a copy cannot keep (group and others' write, under the umask) do not
+	// count, so that a module checked out as 0664 is cached: its copy must have its key.
+	shared := write(t.TempDir(), module)
+	for _, name := range []string{"main.tf", "sub/sub.tf"} {
+		if err := os.Chmod(filepath.Join(shared, name), 0o664); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copied := filepath.Join(t.TempDir(), "copy")
+	if err := copyTree(shared, copied); err != nil {
+		t.Fatal(err)
+	}
+	if key(shared, "kubernetes", "tofu-1") != base || key(copied, "kubernetes", "tofu-1") != base {
+		t.Errorf("group-writable files, or their copy, changed the key")
+	}
+	// Whether a file is executable does.
+	script := write(t.TempDir(), module)
+	if err := os.Chmod(filepath.Join(script, "main.tf"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if key(script, "kubernetes", "tofu-1") == base {
+		t.Errorf("an executable file kept the key")
+	}
 	same := write(t.TempDir(), module)
 	if key(same, "pg", "tofu-1") == base || key(same, "kubernetes", "tofu-2") == base {
 		t.Errorf("another backend type or tofu kept the key")

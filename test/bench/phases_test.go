@@ -224,7 +224,9 @@ func buildRevision(b *testing.B, rev, dir string) fulfillerBuild {
 	if err := os.MkdirAll(src, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root(), rev, src)
+	// The files get the umask's permissions, as in a checkout (git archive writes 0664, which
+	// root's tar keeps, and runners before 2026-12-01 could not cache such modules).
+	archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x --no-same-permissions -C "$3"`, "sh", root(), rev, src)
 	if out, err := archive.CombinedOutput(); err != nil {
 		b.Fatalf("extracting %s: %v\n%s", rev, err, out)
 	}
