@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,10 +155,6 @@ type LocalExecutor struct {
 	// control plane) come before the runs when the CPUs are busy. The local environment and
 	// the controller's local executor use LocalRunNice.
 	Nice int
-	// StartSlots is how many of its runs may be starting at once, from the runner's start to
-	// tofu's first change (Request.StartSlots): 0 is StartingRunsPerCPU per CPU this process
-	// may use (GOMAXPROCS), negative is no bound.
-	StartSlots int
 	// OnEnd, when set, is called with a run's name and labels when a runner this executor
 	// started ends (not for runs it adopted: those are seen by Status only).
 	OnEnd func(name string, labels map[string]string)
@@ -188,22 +183,6 @@ func (e *LocalExecutor) cacheDir() string {
 	return e.runDir(".module-cache")
 }
 
-// StartingRunsPerCPU is how many local runs per CPU may be starting at once by default:
-// two, so that a CPU has a second run to go on with while the first waits for the API server
-// (its state lock, its state).
-const StartingRunsPerCPU = 2
-
-func (e *LocalExecutor) startSlots() StartSlots {
-	count := e.StartSlots
-	if count == 0 {
-		count = StartingRunsPerCPU * runtime.GOMAXPROCS(0)
-	}
-	if count < 0 {
-		return StartSlots{}
-	}
-	return StartSlots{Dir: e.runDir(".start-slots"), Count: count}
-}
-
 func (e *LocalExecutor) command() ([]string, error) {
 	if len(e.Command) > 0 {
 		return e.Command, nil
@@ -223,7 +202,6 @@ func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 	}
 	dir := e.runDir(req.Name)
 	req.WorkDir, req.CacheDir = dir, e.cacheDir()
-	req.StartSlots = e.startSlots()
 	if err := req.Validate(); err != nil {
 		return err
 	}

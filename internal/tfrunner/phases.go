@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Phase is the wall-clock and CPU time of one step of a run: PhaseStart, PhaseSlot, PhaseCache,
+// Phase is the wall-clock and CPU time of one step of a run: PhaseStart, PhaseCache,
 // PhaseModule, PhaseVersion, PhaseInit, PhaseWorkspace, the operation, PhaseOutput.
 type Phase struct {
 	Name string `json:"name"`
@@ -27,9 +27,6 @@ const (
 	// PhaseStart is the runner process up to the run: starting the binary, Go's and the
 	// packages' initialisation, reading the request.
 	PhaseStart = "start"
-	// PhaseSlot waits for a start slot (Request.StartSlots), when the runs of a machine are
-	// bounded.
-	PhaseSlot = "slot"
 	// PhaseCache makes the module cache's entry of a module (the first run of a module
 	// version only): a copy and `tofu init -backend=false`.
 	PhaseCache = "cache"

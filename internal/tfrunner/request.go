@@ -53,11 +53,8 @@ type Request struct {
 	WorkDir string `json:"workDir"`
 	// CacheDir is a folder the runner keeps initialised modules in, shared by the runs of
 	// one executor (empty: none; each run copies and initialises its module).
-	CacheDir string `json:"cacheDir,omitempty"`
-	// StartSlots bound the runs of one machine that are starting at once (a local
-	// executor's; zero: no bound).
-	StartSlots StartSlots `json:"startSlots,omitzero"`
-	Backend    Backend    `json:"backend"`
+	CacheDir string  `json:"cacheDir,omitempty"`
+	Backend  Backend `json:"backend"`
 	// Workspace is the OpenTofu workspace the operation uses (empty: default), for backends
 	// that keep one state per workspace (pg). init runs in the default workspace; the runner
 	// then selects this one, creating it when missing.

@@ -88,19 +88,6 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	slot, waited, err := takeStartSlot(ctx, req.StartSlots, StartSlotHold)
-	if err != nil {
-		return err
-	}
-	defer slot.release()
-	if slot != nil {
-		out.onFirstChange(slot.release)
-		phases.end(PhaseSlot)
-		if waited >= startSlotPoll {
-			out.note("info", fmt.Sprintf("started after %s: %d runs of this machine may be starting at once (until their first change, at most %s each)",
-				waited.Round(time.Millisecond), req.StartSlots.Count, StartSlotHold))
-		}
-	}
 	env, err := runEnv(req)
 	if err != nil {
 		return err

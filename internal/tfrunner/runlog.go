@@ -29,8 +29,6 @@ type runLog struct {
 	outputs  map[string]streamOutput // of the last outputs message with values
 	out      lineWriter
 	errOut   lineWriter
-	// firstChange is called once, when tofu's stream says a change began (apply_start).
-	firstChange func()
 }
 
 func newRunLog(w io.Writer, secrets []string) *runLog {
@@ -67,30 +65,11 @@ func (l *runLog) finalOutputs() (map[string]streamOutput, bool) {
 	return l.outputs, l.outputs != nil
 }
 
-// onFirstChange makes the log call f once, at the first line that says a change of a
-// resource began (tofu's apply_start message: the create, update or delete call).
-func (l *runLog) onFirstChange(f func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.firstChange = f
-}
-
-var applyStartType = []byte(`"type":"apply_start"`)
-
 func (l *runLog) stdoutLine(line []byte) {
 	if outputs, ok := parseOutputs(line); ok { // before redaction: the values are kept as tofu gave them
 		l.mu.Lock()
 		l.outputs = outputs
 		l.mu.Unlock()
-	}
-	if bytes.Contains(line, applyStartType) {
-		l.mu.Lock()
-		f := l.firstChange
-		l.firstChange = nil
-		l.mu.Unlock()
-		if f != nil {
-			f()
-		}
 	}
 	text := l.redact(string(bytes.TrimRight(line, "\r\n")))
 	if d, ok := ParseDiagnostic([]byte(text)); ok {
