@@ -97,48 +97,46 @@ func StartHere(cfg MachineConfig, report io.Writer) error {
 		reportRunning(report, cfg, pid)
 		return nil
 	}
-	started, err := startHere(cfg)
+	logf, err := becomeMachine(cfg)
 	unlock()
 	if err != nil {
 		return err
 	}
+	defer logf.Close()
 	reportRunning(report, cfg, os.Getpid())
-	if err := started(); err != nil {
-		return err
+	// From here on the machine writes to its log, and a caller reading report from our
+	// stdout sees it close.
+	for _, fd := range []int{1, 2} {
+		if err := unix.Dup2(int(logf.Fd()), fd); err != nil {
+			return fmt.Errorf("starting machine: output to its log: %w", err)
+		}
 	}
 	runUntilStopped(cfg, os.Stdout)
 	return nil
 }
 
-// startHere makes this process the machine of cfg.StateDir (config, session, working
-// folder, pid file) and returns what points stdout and stderr at its log.
-func startHere(cfg MachineConfig) (func() error, error) {
+// becomeMachine makes this process the machine of cfg.StateDir (its config, a session of its
+// own, the state dir as working folder, the pid file) and returns the machine's log.
+func becomeMachine(cfg MachineConfig) (*os.File, error) {
 	_, logf, err := writeConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := syscall.Setsid(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting machine: a session of its own: %w", err)
-	}
-	// The working folder is what tells this machine's process from another that reuses its pid.
-	if err := os.Chdir(cfg.StateDir); err != nil {
+	fail := func(err error) (*os.File, error) {
 		logf.Close()
 		return nil, fmt.Errorf("starting machine: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(cfg.StateDir, PIDFile), []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting machine: writing pid file: %w", err)
+	if _, err := syscall.Setsid(); err != nil {
+		return fail(fmt.Errorf("a session of its own: %w", err))
 	}
-	return func() error {
-		defer logf.Close()
-		for _, fd := range []int{1, 2} {
-			if err := unix.Dup2(int(logf.Fd()), fd); err != nil {
-				return fmt.Errorf("starting machine: output to its log: %w", err)
-			}
-		}
-		return nil
-	}, nil
+	// The working folder is what tells this machine's process from another that reuses its pid.
+	if err := os.Chdir(cfg.StateDir); err != nil {
+		return fail(err)
+	}
+	if err := writeFileAtomic(filepath.Join(cfg.StateDir, PIDFile), []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
+		return fail(fmt.Errorf("writing pid file: %w", err))
+	}
+	return logf, nil
 }
 
 func reportRunning(w io.Writer, cfg MachineConfig, pid int) {
