@@ -61,11 +61,23 @@ func userDataHash() string {
 }
 
 // fakeFulfiller stands in for the fulfiller binary that modules/sim's provisioners run to
-// power a simulated machine on and off: these tests are about state, not machines.
+// power a simulated machine on and off: these tests are about state, not machines. Its
+// `sim start` says that the machine runs, as the real one does once it does.
 func fakeFulfiller(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "fulfiller")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	script := `#!/bin/sh
+if [ "$1 $2" = "sim start" ]; then
+	while [ $# -gt 0 ]; do
+		if [ "$1" = --name ]; then
+			echo "machine $2 running (pid $$), log: /dev/null"
+		fi
+		shift
+	done
+fi
+exit 0
+`
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return path
