@@ -173,7 +173,7 @@ func startCommand(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pid, _ := Running(*stateDir)
-	fmt.Fprintf(stderr, "machine %s running (pid %d), log: %s\n", *name, pid, filepath.Join(cfg.StateDir, LogFile))
+	reportRunning(stderr, cfg, pid)
 	return nil
 }
 

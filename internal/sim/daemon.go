@@ -139,6 +139,8 @@ func becomeMachine(cfg MachineConfig) (*os.File, error) {
 	return logf, nil
 }
 
+// reportRunning writes the line that says a machine runs; modules/sim's power-on provisioner
+// reads it from `sim start --in-place` ("machine <name> running ...").
 func reportRunning(w io.Writer, cfg MachineConfig, pid int) {
 	fmt.Fprintf(w, "machine %s running (pid %d), log: %s\n", cfg.Name, pid, filepath.Join(cfg.StateDir, LogFile))
 }

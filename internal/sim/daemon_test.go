@@ -54,15 +54,7 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("providerID = %q", node.Spec.ProviderID)
 	}
 
-	if err := Stop(stateDir, 5*time.Second); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil
-	})
-	if err != nil {
-		t.Errorf("process %d still exists after Stop", pid)
-	}
+	stopAndWait(ctx, t, stateDir, pid)
 	if _, err := os.Stat(filepath.Join(stateDir, PIDFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pid file after Stop: %v", err)
 	}
@@ -127,14 +119,7 @@ func TestStartInPlace(t *testing.T) {
 	}
 	waitForNode(ctx, t, name, nodeReady)
 
-	if err := Stop(stateDir, 5*time.Second); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil
-	}); err != nil {
-		t.Errorf("process %d still exists after Stop", pid)
-	}
+	stopAndWait(ctx, t, stateDir, pid)
 	if log := readLog(stateDir); !strings.Contains(log, "powered off") || strings.Contains(log, tok.Secret) {
 		t.Errorf("the log should say the machine powered off, without the token secret:\n%s", log)
 	}
@@ -181,6 +166,19 @@ func TestMainUsage(t *testing.T) {
 	}
 	if code := mainTo([]string{"frobnicate"}, &out, &errOut); code != 2 {
 		t.Errorf("unknown command: exit %d, want 2", code)
+	}
+}
+
+// stopAndWait powers off the machine of stateDir and waits until its process pid is gone.
+func stopAndWait(ctx context.Context, t *testing.T, stateDir string, pid int) {
+	t.Helper()
+	if err := Stop(stateDir, 5*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil
+	}); err != nil {
+		t.Errorf("process %d still exists after Stop", pid)
 	}
 }
 
