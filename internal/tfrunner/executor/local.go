@@ -197,11 +197,18 @@ func (e *Local) command() ([]string, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding the runner binary: %w", err)
 	}
+	command, env := runnerBeside(exe)
+	return command, env, nil
+}
+
+// runnerBeside is the runner for the binary exe: RunnerBinary when it lies beside exe, else
+// `exe run`; the runner gets exe as FULFILLER_BINARY either way.
+func runnerBeside(exe string) ([]string, []string) {
 	env := []string{tfrunner.BinaryEnv + "=" + exe}
 	if runner := filepath.Join(filepath.Dir(exe), RunnerBinary); isExecutable(runner) {
-		return []string{runner}, env, nil
+		return []string{runner}, env
 	}
-	return []string{exe, "run"}, env, nil
+	return []string{exe, "run"}, env
 }
 
 func isExecutable(path string) bool {

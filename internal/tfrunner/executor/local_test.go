@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -269,5 +270,36 @@ func TestLocalExecutorRunsNice(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("OnEnd was not called when the runner ended")
+	}
+}
+
+// The local executor starts the runner binary when it lies beside its own binary, an
+// executable file; else its own binary's `run`. Provisioners get its own binary either way.
+func TestRunnerBeside(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "fulfiller-dev")
+	runner := filepath.Join(dir, RunnerBinary)
+	env := []string{"FULFILLER_BINARY=" + exe}
+	for _, tc := range []struct {
+		name   string
+		runner os.FileMode // 0: none
+		want   []string
+	}{
+		{name: "no runner binary", want: []string{exe, "run"}},
+		{name: "not executable", runner: 0o644, want: []string{exe, "run"}},
+		{name: "runner binary", runner: 0o755, want: []string{runner}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = os.Remove(runner)
+			if tc.runner != 0 {
+				if err := os.WriteFile(runner, nil, tc.runner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			command, gotEnv := runnerBeside(exe)
+			if !slices.Equal(command, tc.want) || !slices.Equal(gotEnv, env) {
+				t.Errorf("runnerBeside = %q, %q; want %q, %q", command, gotEnv, tc.want, env)
+			}
+		})
 	}
 }
