@@ -1,10 +1,9 @@
 package v1alpha1
 
 import (
-	"strings"
-	"unicode/utf8"
-
 	"github.com/awslabs/operatorpkg/status"
+
+	"github.com/fulfiller-sh/fulfiller/internal/message"
 )
 
 // The conditions of the fulfiller's API and their reasons. A reason is part of the API: people
@@ -309,23 +308,12 @@ const ReasonReady = status.ConditionReady
 // MaxMessageLength bounds every message the fulfiller writes for people: condition messages,
 // event messages and run messages (RunError.Message). `kubectl get -o wide` shows them on one
 // line.
-const MaxMessageLength = 300
+const MaxMessageLength = message.MaxLength
 
 // ShortMessage is s as a message: white space runs (newlines included) folded to single
 // spaces, and cut to at most MaxMessageLength bytes on a rune boundary, a cut marked with an
 // ellipsis.
-func ShortMessage(s string) string { return ShortenTo(s, MaxMessageLength) }
+func ShortMessage(s string) string { return message.Short(s) }
 
 // ShortenTo is ShortMessage with another bound, for a part of a message.
-func ShortenTo(s string, limit int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= limit {
-		return s
-	}
-	const ellipsis = "…"
-	cut := max(limit-len(ellipsis), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
-}
+func ShortenTo(s string, limit int) string { return message.ShortenTo(s, limit) }

@@ -26,6 +26,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // Options configure the Fulfillment controller.
@@ -70,13 +71,13 @@ type FulfillmentController struct {
 	apiReader   client.Reader
 	clock       clock.Clock
 	recorder    events.Recorder
-	executor    tfrunner.Executor
+	executor    executor.Executor
 	unavailable *UnavailableOfferings
 	opts        Options
 	waiters     *runWaiters
 }
 
-func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk clock.Clock, recorder events.Recorder, executor tfrunner.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
+func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk clock.Clock, recorder events.Recorder, executor executor.Executor, unavailable *UnavailableOfferings, opts Options) *FulfillmentController {
 	if opts.MaxApplyAttempts == 0 {
 		opts.MaxApplyAttempts = 3
 	}
@@ -90,7 +91,7 @@ func NewFulfillmentController(kube client.Client, apiReader client.Reader, clk c
 		waiters: newRunWaiters()}
 }
 
-// RunEnded wakes the claim of a run that an executor saw end (tfrunner.LocalExecutor.OnEnd),
+// RunEnded wakes the claim of a run that an executor saw end (executor.Local.OnEnd),
 // so that its end is recorded at once rather than at the next poll.
 func (c *FulfillmentController) RunEnded(_ string, labels map[string]string) {
 	if name := labels[tfrunner.LabelNodeClaim]; name != "" {

@@ -1,6 +1,7 @@
 package claims
 
 import (
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"slices"
 	"testing"
 	"time"
@@ -154,7 +155,7 @@ func TestReconcile(t *testing.T) {
 			}
 		}},
 		{"an apply waits for a runner while the slots are full", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
-			e.exec.Limiter = tfrunner.NewLimiter(tfrunner.MaxRuns(1))
+			e.exec.Limiter = executor.NewLimiter(executor.MaxRuns(1))
 			e.exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true})
 			other := test.NodeClaim("sim-other", "sim", e.clock.Now())
 			e.create(other)
@@ -186,10 +187,10 @@ func TestReconcile(t *testing.T) {
 			expectNoWake(t, e.controller)
 		}},
 		{"an apply waits for its family's API budget, with the numbers, until it refills", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
-			budget := tfrunner.NewAPIBudgets(e.clock, func(req tfrunner.Request) []tfrunner.APIDemand {
-				return []tfrunner.APIDemand{{Budget: "the project of token 1a2b3c4d", Limit: 120, Per: time.Hour, Requests: 100}}
+			budget := executor.NewAPIBudgets(e.clock, func(req tfrunner.Request) []executor.APIDemand {
+				return []executor.APIDemand{{Budget: "the project of token 1a2b3c4d", Limit: 120, Per: time.Hour, Requests: 100}}
 			})
-			e.exec.Limiter = tfrunner.NewLimiter(tfrunner.MaxRuns(10), budget)
+			e.exec.Limiter = executor.NewLimiter(executor.MaxRuns(10), budget)
 			other := test.NodeClaim("sim-other", "sim", e.clock.Now())
 			e.create(other)
 			e.reconcile(other.Name)
@@ -216,7 +217,7 @@ func TestReconcile(t *testing.T) {
 			e.reconcile(name)
 			e.reconcile(name)
 			e.writeState(name)
-			e.exec.Limiter = tfrunner.NewLimiter(tfrunner.MaxRuns(1))
+			e.exec.Limiter = executor.NewLimiter(executor.MaxRuns(1))
 			e.exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true})
 			other := test.NodeClaim("sim-other", "sim", e.clock.Now())
 			e.create(other)

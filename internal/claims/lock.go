@@ -11,7 +11,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // lockVerdict is what a run about to start does about its claim's state lock.
@@ -25,7 +25,7 @@ const (
 )
 
 // judgeLock decides from the lock's holder and the executor's attribution.
-func judgeLock(holder *statelock.Holder, a tfrunner.Attribution) lockVerdict {
+func judgeLock(holder *statelock.Holder, a executor.Attribution) lockVerdict {
 	switch {
 	case holder == nil:
 		return lockFree
@@ -39,7 +39,7 @@ func judgeLock(holder *statelock.Holder, a tfrunner.Attribution) lockVerdict {
 }
 
 // lockBlocked explains, for the condition of the waiting stage, who holds the lock since when.
-func lockBlocked(holder *statelock.Holder, a tfrunner.Attribution, v lockVerdict) string {
+func lockBlocked(holder *statelock.Holder, a executor.Attribution, v lockVerdict) string {
 	since := holder.Created.UTC().Format(time.RFC3339)
 	if v == lockRunning {
 		return fmt.Sprintf("state lock held by run %s (%s) since %s: %s", a.Run, holder.Who, since, a.Detail)
@@ -64,13 +64,13 @@ func (c *FulfillmentController) acquireLockFor(ctx context.Context, s *claimStat
 		s.f.Status.LockHolder = nil
 		return "", err
 	}
-	var a tfrunner.Attribution
-	if attributor, ok := c.executor.(tfrunner.LockAttributor); ok {
+	var a executor.Attribution
+	if attributor, ok := c.executor.(executor.LockAttributor); ok {
 		runs := make([]string, 0, len(s.f.Status.Runs))
 		for _, r := range s.f.Status.Runs {
 			runs = append(runs, r.Name)
 		}
-		if a, err = attributor.AttributeLock(ctx, tfrunner.LockOwner{Who: holder.Who, Created: holder.Created}, runs); err != nil {
+		if a, err = attributor.AttributeLock(ctx, executor.LockOwner{Who: holder.Who, Created: holder.Created}, runs); err != nil {
 			return "", fmt.Errorf("attributing the state lock: %w", err)
 		}
 	}

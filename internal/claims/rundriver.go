@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // Requeue intervals of a claim with a run.
@@ -63,7 +64,7 @@ func (d *runDriver) drive(ctx context.Context, s *claimState) (reconcile.Result,
 		return res, nil, err
 	}
 	st, err := d.c.executor.Status(ctx, run.Name, s.f.Spec.NodeClaimUID)
-	if errors.Is(err, tfrunner.ErrRunNotFound) {
+	if errors.Is(err, executor.ErrRunNotFound) {
 		// Recorded but lost by the executor (it never began, or its record is gone): start it
 		// again under the same name.
 		log.FromContext(ctx).Info("run not found, starting it again", "run", run.Name)
@@ -104,11 +105,11 @@ func (d *runDriver) stop(ctx context.Context, s *claimState) (*v1alpha1.Run, boo
 	if run == nil || run.Phase != v1alpha1.RunRunning {
 		return run, true, nil
 	}
-	if err := d.c.executor.Cancel(ctx, run.Name, s.f.Spec.NodeClaimUID); err != nil && !errors.Is(err, tfrunner.ErrRunNotFound) {
+	if err := d.c.executor.Cancel(ctx, run.Name, s.f.Spec.NodeClaimUID); err != nil && !errors.Is(err, executor.ErrRunNotFound) {
 		return run, false, fmt.Errorf("interrupting %s %s: %w", d.op, run.Name, err)
 	}
 	st, err := d.c.executor.Status(ctx, run.Name, s.f.Spec.NodeClaimUID)
-	if err != nil && !errors.Is(err, tfrunner.ErrRunNotFound) {
+	if err != nil && !errors.Is(err, executor.ErrRunNotFound) {
 		return run, false, fmt.Errorf("reading run %s: %w", run.Name, err)
 	}
 	if err == nil && !st.Done() {
@@ -138,9 +139,9 @@ func (d *runDriver) start(ctx context.Context, s *claimState, attempt int, recor
 		return reconcile.Result{}, err
 	}
 	err = d.c.executor.Start(ctx, req)
-	var refused *tfrunner.AdmissionError
+	var refused *executor.AdmissionError
 	switch {
-	case errors.Is(err, tfrunner.ErrOtherClaimsRun) && attempt < runCount(s.f, d.op)+maxNameSkips:
+	case errors.Is(err, executor.ErrOtherClaimsRun) && attempt < runCount(s.f, d.op)+maxNameSkips:
 		// An earlier claim of this name left a run of this name (kept for its log): this
 		// claim's run takes the next attempt's name.
 		log.FromContext(ctx).Info("run name taken by an earlier claim of the same name", "run", req.Name)
@@ -212,9 +213,9 @@ func (d *runDriver) findUnrecorded(ctx context.Context, s *claimState) (*v1alpha
 		name := runName(s.f, d.op, attempt)
 		_, err := d.c.executor.Status(ctx, name, s.f.Spec.NodeClaimUID)
 		switch {
-		case errors.Is(err, tfrunner.ErrOtherClaimsRun):
+		case errors.Is(err, executor.ErrOtherClaimsRun):
 			continue
-		case errors.Is(err, tfrunner.ErrRunNotFound):
+		case errors.Is(err, executor.ErrRunNotFound):
 			return nil, nil
 		case err != nil:
 			return nil, fmt.Errorf("reading run %s: %w", name, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // maxRuns bounds the run history kept in a Fulfillment's status.
@@ -75,7 +76,7 @@ func (c *FulfillmentController) addRun(f *v1alpha1.Fulfillment, op tfrunner.Oper
 
 // finishRun records a finished run from the executor's status. Its runner is free: the claim
 // that has waited longest for one is woken.
-func (c *FulfillmentController) finishRun(run *v1alpha1.Run, st tfrunner.RunStatus) {
+func (c *FulfillmentController) finishRun(run *v1alpha1.Run, st executor.RunStatus) {
 	c.waiters.wakeNext()
 	now := metav1.NewTime(c.clock.Now())
 	if st.Result != nil && !st.Result.Finished.IsZero() {

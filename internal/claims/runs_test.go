@@ -15,6 +15,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
 )
 
@@ -64,7 +65,7 @@ func TestRunNameTakenByAnEarlierClaim(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	exec := fake.New(clk)
 	for _, taken := range []string{"claim-a-apply-1", "claim-a-apply-2", "claim-a-destroy-1"} {
-		exec.Fail(fake.MethodStart, taken, fmt.Errorf("run %s: %w", taken, tfrunner.ErrOtherClaimsRun), -1)
+		exec.Fail(fake.MethodStart, taken, fmt.Errorf("run %s: %w", taken, executor.ErrOtherClaimsRun), -1)
 	}
 	c := NewFulfillmentController(kube, kube, clk, nil, exec, NewUnavailableOfferings(clk, time.Minute), Options{Namespace: "fulfiller", TofuPath: "/bin/tofu"})
 	nc := testClass()

@@ -142,3 +142,27 @@ func TestTestMachinery(t *testing.T) {
 		t.Errorf("testMachinery =\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
+
+// The runner binary (cmd/fulfiller-runner) links no Kubernetes client, no Karpenter and not
+// the API types, which is what makes it start in a tenth of the controller binary's CPU; the
+// same check finds them in cmd/fulfiller.
+func TestRunnerBinaryLinksNoKubernetes(t *testing.T) {
+	kubernetes := func(main string) []string {
+		var found []string
+		for _, p := range goListDeps(t, main) {
+			if strings.HasPrefix(p.path, "k8s.io/") || strings.HasPrefix(p.path, "sigs.k8s.io/") || strings.HasPrefix(p.path, module+"/api/") {
+				found = append(found, p.path)
+			}
+		}
+		return found
+	}
+	if found := kubernetes(module + "/cmd/fulfiller-runner"); len(found) > 0 {
+		t.Errorf("cmd/fulfiller-runner links %d Kubernetes packages:\n  %s", len(found), strings.Join(found, "\n  "))
+	}
+	controller := kubernetes(module + "/cmd/fulfiller")
+	for _, want := range []string{"k8s.io/client-go/kubernetes", "sigs.k8s.io/karpenter/pkg/operator", module + "/api/v1alpha1"} {
+		if !slices.Contains(controller, want) {
+			t.Errorf("the check does not find %s in cmd/fulfiller, which links it", want)
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // Family is a node-type family. Its name is a value of TofuNodeClass spec.family.
@@ -143,7 +144,7 @@ type ErrorRules interface {
 // Runs wait for them (WaitingForAPIBudget). A budget's name says whose it is without any
 // secret (a hash of the token, never the token).
 type APIBudgets interface {
-	APIDemands(req tfrunner.Request) []tfrunner.APIDemand
+	APIDemands(req tfrunner.Request) []executor.APIDemand
 }
 
 // Error is a failure a family can name: Reason is a reason of the API (api/v1alpha1),
@@ -215,8 +216,8 @@ func (r Registry) Rules() tfrunner.RuleSet {
 }
 
 // APIDemands is what a run takes from its family's API budgets (none for the generic family
-// and families without APIBudgets), for tfrunner.APIBudgets.
-func (r Registry) APIDemands(req tfrunner.Request) []tfrunner.APIDemand {
+// and families without APIBudgets), for executor.APIBudgets.
+func (r Registry) APIDemands(req tfrunner.Request) []executor.APIDemand {
 	f, ok := r.Get(req.Family)
 	if !ok {
 		return nil

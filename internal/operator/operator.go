@@ -26,6 +26,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // Run starts the controller and blocks. Flags come from the process's command line (the
@@ -37,7 +38,7 @@ func Run(families family.Registry) {
 	if opts.EncryptionSecret != "" {
 		lo.Must0(ensurePassphrase(ctx, kubernetes.NewForConfigOrDie(op.GetConfig()), opts))
 	}
-	executor, tofu, runEnv := newExecutor(ctx, op, opts, families)
+	runs, tofu, runEnv := newExecutor(ctx, op, opts, families)
 	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
 
 	stateNamespace := opts.StateNamespace
@@ -51,7 +52,7 @@ func Run(families family.Registry) {
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
 
-	fulfillments := claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, executor, unavailable, claims.Options{
+	fulfillments := claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, runs, unavailable, claims.Options{
 		Namespace:           opts.Namespace,
 		StateNamespace:      opts.StateNamespace,
 		TofuPath:            tofu,
@@ -61,7 +62,7 @@ func Run(families family.Registry) {
 		Families:            families,
 		ClusterName:         opts.ClusterName,
 	})
-	if local, ok := executor.(*tfrunner.LocalExecutor); ok {
+	if local, ok := runs.(*executor.Local); ok {
 		local.OnEnd = fulfillments.RunEnded // a claim learns at once that its run ended
 	}
 
@@ -83,18 +84,18 @@ func Run(families family.Registry) {
 }
 
 // newExecutor builds the executor the options name, the tofu path runners use and extra
-// environment for runs. Its runs are limited by what is scarce (tfrunner.Limiter): the
+// environment for runs. Its runs are limited by what is scarce (executor.Limiter): the
 // cluster's capacity for runner pods (Job executor) or this machine (local executor), the API
 // budgets of the families' clouds, and FULFILLER_MAX_CONCURRENT_RUNS when it is set.
-func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, families family.Registry) (tfrunner.Executor, string, map[string]string) {
+func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, families family.Registry) (executor.Executor, string, map[string]string) {
 	logger := log.FromContext(ctx)
 	runEnv := map[string]string{}
-	var budgets []tfrunner.Budget
+	var budgets []executor.Budget
 	if opts.MaxConcurrentRuns > 0 {
-		budgets = append(budgets, tfrunner.MaxRuns(opts.MaxConcurrentRuns))
+		budgets = append(budgets, executor.MaxRuns(opts.MaxConcurrentRuns))
 	}
 	if opts.Executor == ExecutorJob {
-		executor := &tfrunner.JobExecutor{
+		jobs := &executor.Job{
 			Client:             kubernetes.NewForConfigOrDie(op.GetConfig()),
 			Namespace:          opts.Namespace,
 			Image:              opts.RunnerImage,
@@ -105,10 +106,10 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 			NodeSelector:       opts.RunnerNodeSelector,
 			Tolerations:        opts.RunnerTolerations,
 		}
-		runners := &tfrunner.ClusterRunners{Placement: executor.Placement(), Observe: observeCluster(op.GetClient())}
-		executor.Limiter = tfrunner.NewLimiter(append(budgets, runners, tfrunner.NewAPIBudgets(op.Clock, families.APIDemands))...)
+		runners := &executor.ClusterRunners{Placement: jobs.Placement(), Observe: observeCluster(op.GetClient())}
+		jobs.Limiter = executor.NewLimiter(append(budgets, runners, executor.NewAPIBudgets(op.Clock, families.APIDemands))...)
 		logger.Info("runs limited by the cluster's capacity for runner pods", "maxConcurrentRuns", opts.MaxConcurrentRuns)
-		return executor, opts.TofuPath, runEnv
+		return jobs, opts.TofuPath, runEnv
 	}
 	tofu := opts.TofuPath
 	if path, err := exec.LookPath(tofu); err == nil {
@@ -121,10 +122,10 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 		runEnv["KUBECONFIG"] = opts.RunnerKubeconfig
 		runEnv[tfrunner.ClusterKubeconfigEnv] = opts.RunnerKubeconfig
 	}
-	machine := lo.Must(tfrunner.ThisMachine())
+	machine := lo.Must(executor.ThisMachine())
 	logger.Info("runs limited by this machine", "bound", machine.Max(), "cpus", machine.CPUs, "memory", machine.Memory, "maxConcurrentRuns", opts.MaxConcurrentRuns)
-	limiter := tfrunner.NewLimiter(append(budgets, machine, tfrunner.NewAPIBudgets(op.Clock, families.APIDemands))...)
-	return &tfrunner.LocalExecutor{Dir: opts.RunsDir, Limiter: limiter, Nice: tfrunner.LocalRunNice}, tofu, runEnv
+	limiter := executor.NewLimiter(append(budgets, machine, executor.NewAPIBudgets(op.Clock, families.APIDemands))...)
+	return &executor.Local{Dir: opts.RunsDir, Limiter: limiter, Nice: executor.LocalRunNice}, tofu, runEnv
 }
 
 // observeCluster lists the nodes and pods from the manager's cache (Karpenter's cluster state

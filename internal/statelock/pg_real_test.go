@@ -16,6 +16,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 func pgBackend() tfrunner.Backend {
@@ -129,11 +130,11 @@ func TestPGBackendLocking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	executor := &tfrunner.LocalExecutor{Dir: dir, Command: []string{exe}, Env: []string{runnerEnv + "=1"}, Grace: 20 * time.Second}
+	local := &executor.Local{Dir: dir, Command: []string{exe}, Env: []string{runnerEnv + "=1"}, Grace: 20 * time.Second}
 	slow := simRun(t, key, tfrunner.Apply, pgBackend(), key, env, map[string]string{"apply_delay": "30"})
 	slow.Name = "pg-locked-slow"
 	slow.Variables[tfrunner.VarNodeType] = "sim-large" // a change, so the apply does work under the lock
-	if err := executor.Start(ctx, slow); err != nil {
+	if err := local.Start(ctx, slow); err != nil {
 		t.Fatal(err)
 	}
 	runDir := filepath.Join(dir, slow.Name)
@@ -144,7 +145,7 @@ func TestPGBackendLocking(t *testing.T) {
 		}
 	})
 	eventually(t, 60*time.Second, "the slow run to hold the lock", func() bool {
-		data, _ := os.ReadFile(filepath.Join(runDir, tfrunner.LogFileName))
+		data, _ := os.ReadFile(filepath.Join(runDir, executor.LogFileName))
 		return provisioning(string(data))
 	})
 	holder, err := store.LockHolder(ctx, key)
@@ -160,7 +161,7 @@ func TestPGBackendLocking(t *testing.T) {
 	t.Logf("concurrent apply: %s", res.Error)
 
 	// Kill the runner's process group (runner and tofu) as a node failure would.
-	data, err := os.ReadFile(filepath.Join(runDir, tfrunner.PIDFileName))
+	data, err := os.ReadFile(filepath.Join(runDir, executor.PIDFileName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// runnerEnv makes the test binary act as `fulfiller run`, so a LocalExecutor can start real
+// runnerEnv makes the test binary act as `fulfiller run`, so an executor.Local can start real
 // runner processes (and a test can kill one).
 const runnerEnv = "STATELOCK_TEST_RUNNER"
 

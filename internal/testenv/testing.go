@@ -102,3 +102,26 @@ func PostgresT(t testing.TB, name string) string {
 	}
 	return conn
 }
+
+// Eventually polls cond every 50 ms until it holds, and fails the test when timeout passes
+// first.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ReadFile returns the content of path, and fails the test when it cannot be read.
+func ReadFile(t testing.TB, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}

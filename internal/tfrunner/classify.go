@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/message"
 )
 
 // ErrorClass is the kind of a failed run. Its value is the CamelCase reason shown to users in
@@ -223,16 +223,16 @@ func Classify(diags []Diagnostic, runErr error, rules Rules) *RunError {
 	case errors.Is(runErr, context.DeadlineExceeded):
 		return &RunError{Class: Timeout, Message: "run deadline exceeded"}
 	case errors.Is(runErr, ErrInvalidModule), errors.Is(runErr, ErrInvalidRequest):
-		return newRunError(InvalidModule, runErr.Error())
+		return NewRunError(InvalidModule, runErr.Error())
 	}
 	for _, d := range errs {
 		if d.Summary == lockSummary || strings.Contains(d.Detail, lockInfoHeader) {
-			return newRunError(LockHeld, d.text())
+			return NewRunError(LockHeld, d.text())
 		}
 	}
 	for _, d := range errs {
 		if isInvalidModuleSummary(d.Summary) {
-			return newRunError(InvalidModule, d.text())
+			return NewRunError(InvalidModule, d.text())
 		}
 	}
 	if rules != nil {
@@ -242,21 +242,21 @@ func Classify(diags []Diagnostic, runErr error, rules Rules) *RunError {
 				if ex, ok := rules.(Explainer); ok {
 					msg = cmp.Or(ex.Explain(d), msg)
 				}
-				return newRunError(class, msg)
+				return NewRunError(class, msg)
 			}
 		}
 	}
 	for _, rule := range genericRules {
 		for _, d := range errs {
 			if ContainsAnyWord(d.CodeText(), rule.tokens) {
-				return newRunError(rule.class, d.text())
+				return NewRunError(rule.class, d.text())
 			}
 		}
 	}
 	if len(errs) > 0 {
-		return newRunError(Unknown, errs[0].text())
+		return NewRunError(Unknown, errs[0].text())
 	}
-	return newRunError(Unknown, runErr.Error())
+	return NewRunError(Unknown, runErr.Error())
 }
 
 // ContainsAnyWord reports whether text holds one of tokens as a whole word or phrase,
@@ -343,7 +343,7 @@ func (d Diagnostic) text() string {
 		// the end of that the most.
 		if _, output, ok := strings.Cut(d.Detail, localExecOutput); ok {
 			output = strings.Join(strings.Fields(output), " ")
-			if tailLen := v1alpha1.MaxMessageLength - len(localExecSummary) - 8; len(output) > tailLen {
+			if tailLen := message.MaxLength - len(localExecSummary) - 8; len(output) > tailLen {
 				start := len(output) - tailLen
 				for start < len(output) && !utf8.RuneStart(output[start]) {
 					start++
@@ -359,6 +359,7 @@ func (d Diagnostic) text() string {
 	return d.Summary + ": " + d.Detail
 }
 
-func newRunError(class ErrorClass, msg string) *RunError {
-	return &RunError{Class: class, Message: v1alpha1.ShortMessage(msg)}
+// NewRunError is a run error of class with msg as a message (message.Short).
+func NewRunError(class ErrorClass, msg string) *RunError {
+	return &RunError{Class: class, Message: message.Short(msg)}
 }

@@ -83,7 +83,7 @@ func TestCaptureFixtures(t *testing.T) {
 	var holderLog testenv.SyncBuffer
 	done := make(chan struct{})
 	go func() { Run(ctx, holder, &holderLog, nil); close(done) }()
-	eventually(t, 30e9, "the holder to provision", func() bool { return provisioning(holderLog.String()) })
+	testenv.Eventually(t, 30e9, "the holder to provision", func() bool { return provisioning(holderLog.String()) })
 	run("state-locked", nodeRequest(t, "node-x", "node", shared, nil))
 	cancel()
 	<-done

@@ -1,12 +1,10 @@
 package tfrunner
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
@@ -91,52 +89,10 @@ func nodeRequest(t *testing.T, name, module, state string, params map[string]str
 	}
 }
 
-// slowStopTofu is tofu behind a shell that passes an interrupt on only after delay, as tofu
-// that waits for a provider to finish an API call it cannot abort.
-func slowStopTofu(t *testing.T, delay time.Duration) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "tofu")
-	script := fmt.Sprintf(`#!/bin/sh
-%q "$@" &
-child=$!
-trap 'sleep %d; kill -TERM "$child" 2>/dev/null' INT TERM
-while :; do
-	wait "$child"
-	rc=$?
-	kill -0 "$child" 2>/dev/null || exit "$rc"
-done
-`, tofuPath(t), int(delay/time.Second))
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // provisioning reports whether a run log shows the machine's provisioner running, i.e. tofu
 // holds the state lock and sits in the simulated API call.
 func provisioning(log string) bool {
 	return strings.Contains(log, `"type":"provision_start"`)
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
 }
 
 // assertNoSecret fails when the user data, or a line of it, appears in a log.

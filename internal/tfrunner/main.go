@@ -2,6 +2,7 @@ package tfrunner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/message"
 )
 
 // Main is the `fulfiller run` command; args are the arguments after "run":
@@ -68,7 +71,7 @@ func runMain(args []string, rules RuleSet, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		now := time.Now().UTC()
-		res = Result{Started: now, Finished: now, Error: newRunError(Unknown, "reading request: "+err.Error())}
+		res = Result{Started: now, Finished: now, Error: NewRunError(Unknown, "reading request: "+err.Error())}
 		fmt.Fprintf(stderr, "fulfiller run: reading request: %v\n", err)
 	} else {
 		if *workDir != "" {
@@ -98,4 +101,56 @@ func runMain(args []string, rules RuleSet, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// Paths inside a runner container.
+const (
+	// TerminationLogPath is the runner container's termination message file: the runner
+	// writes its result there (compact, at most MaxTerminationMessage bytes), and the
+	// controller reads it from the pod's status instead of parsing logs.
+	TerminationLogPath = "/dev/termination-log"
+	// MaxTerminationMessage is what a kubelet keeps of a termination message.
+	MaxTerminationMessage = 4096
+)
+
+// TerminationMessage encodes res for a container's termination message: compact JSON of at
+// most MaxTerminationMessage bytes. Outputs other than those Result already names go first,
+// then addresses, then the error message is shortened.
+func TerminationMessage(res Result) ([]byte, error) {
+	data, err := json.Marshal(res)
+	if err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	res.Phases = nil
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	res.Outputs = nil
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	res.Addresses = nil
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	if res.Error != nil {
+		res.Error = &RunError{Class: res.Error.Class, Message: message.ShortenTo(res.Error.Message, 100), RetryAfter: res.Error.RetryAfter}
+	}
+	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
+		return data, err
+	}
+	return nil, errors.New("result does not fit in a termination message")
+}
+
+// writeTerminationLog writes the result in place: a termination message file is a bind
+// mount that cannot be replaced by a rename.
+func writeTerminationLog(path string, res Result) error {
+	data, err := TerminationMessage(res)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing termination message: %w", err)
+	}
+	return nil
 }

@@ -367,7 +367,7 @@ func writeWorkspace(moduleDir, name string) error {
 	if name == "" {
 		return nil
 	}
-	return writeFileAtomic(filepath.Join(moduleDir, dataDir, workspaceFile), []byte(name), 0o600)
+	return WriteFileAtomic(filepath.Join(moduleDir, dataDir, workspaceFile), []byte(name), 0o600)
 }
 
 // cachedRun is a run that works in a folder of links to a cached module.
@@ -440,7 +440,7 @@ func (c *cachedRun) configureBackend(ctx context.Context, tf *tfexec.Terraform) 
 				c.out.note("info", "not using the module cache's backend record: "+err.Error())
 				return c.init(ctx, tf)
 			}
-			return writeFileAtomic(filepath.Join(c.moduleDir, dataDir, backendStateFile), record, 0o600)
+			return WriteFileAtomic(filepath.Join(c.moduleDir, dataDir, backendStateFile), record, 0o600)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("reading the module cache: %w", err)
@@ -492,8 +492,8 @@ func (c *cachedRun) saveTemplate(path, unusable string) {
 	}
 	if err != nil {
 		c.out.note("info", "later runs of this module initialise their backend themselves: "+err.Error())
-		_ = writeFileAtomic(unusable, []byte(err.Error()+"\n"), 0o600)
+		_ = WriteFileAtomic(unusable, []byte(err.Error()+"\n"), 0o600)
 		return
 	}
-	_ = writeFileAtomic(path, record, 0o600)
+	_ = WriteFileAtomic(path, record, 0o600)
 }

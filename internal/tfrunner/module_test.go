@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 func TestInspectModulePrefersTofuFiles(t *testing.T) {
@@ -104,7 +106,7 @@ func TestWriteVarsFilePassesDeclaredOnly(t *testing.T) {
 	if !reflect.DeepEqual(passed, []string{"node_name", "user_data"}) || !reflect.DeepEqual(skipped, []string{"labels", "zone"}) {
 		t.Errorf("passed %v, skipped %v", passed, skipped)
 	}
-	if got := readFile(t, path); strings.Contains(got, "zone") || !strings.Contains(got, `"user_data": "u"`) {
+	if got := testenv.ReadFile(t, path); strings.Contains(got, "zone") || !strings.Contains(got, `"user_data": "u"`) {
 		t.Errorf("variables file:\n%s", got)
 	}
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {

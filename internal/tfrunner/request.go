@@ -102,7 +102,7 @@ type Result struct {
 // RunError is a classified failure.
 type RunError struct {
 	Class ErrorClass `json:"class"`
-	// Message is one line of at most v1alpha1.MaxMessageLength bytes (v1alpha1.ShortMessage).
+	// Message is one line of at most message.MaxLength bytes (message.Short).
 	Message string `json:"message"`
 	// RetryAfter, when set, is the earliest time another run can succeed: the reset of the
 	// cloud API's rate limit that failed the run (RetryTimer).
@@ -118,7 +118,7 @@ var ErrInvalidRequest = errors.New("invalid request")
 
 // Validate checks the fields a run needs.
 func (r Request) Validate() error {
-	if err := validateName(r.Name); err != nil {
+	if err := ValidateName(r.Name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	if r.Operation != Apply && r.Operation != Destroy {
@@ -153,7 +153,7 @@ const maxNameLen = 63
 // name, so a restarted controller finds its runs.
 func RunName(claim string, op Operation, attempt int) string {
 	full := fmt.Sprintf("%s-%s-%d", claim, op, attempt)
-	if validateName(full) == nil {
+	if ValidateName(full) == nil {
 		return full
 	}
 	sum := sha256.Sum256([]byte(full))
@@ -165,8 +165,8 @@ func RunName(claim string, op Operation, attempt int) string {
 	return strings.Trim(prefix, "-") + suffix
 }
 
-// validateName accepts a DNS-1123 label: what Kubernetes accepts as a Job name.
-func validateName(name string) error {
+// ValidateName accepts a DNS-1123 label: what Kubernetes accepts as a Job name.
+func ValidateName(name string) error {
 	if name == "" || len(name) > maxNameLen {
 		return fmt.Errorf("run name %q must have 1 to 63 characters", name)
 	}
@@ -194,40 +194,42 @@ func isIdentifier(s string) bool {
 // isWorkspaceName accepts a DNS-1123 label as a workspace name (OpenTofu accepts more, but
 // state keys are labels).
 func isWorkspaceName(s string) bool {
-	return validateName(s) == nil
+	return ValidateName(s) == nil
 }
 
 // WriteRequest writes req to path (mode 0600, atomically).
 func WriteRequest(path string, req Request) error {
-	return writeJSON(path, req)
+	return WriteJSON(path, req)
 }
 
 // ReadRequest reads a request written by WriteRequest.
 func ReadRequest(path string) (Request, error) {
 	var req Request
-	return req, readJSON(path, &req)
+	return req, ReadJSON(path, &req)
 }
 
 // WriteResult writes res to path (mode 0600, atomically).
 func WriteResult(path string, res Result) error {
-	return writeJSON(path, res)
+	return WriteJSON(path, res)
 }
 
 // ReadResult reads a result written by WriteResult.
 func ReadResult(path string) (Result, error) {
 	var res Result
-	return res, readJSON(path, &res)
+	return res, ReadJSON(path, &res)
 }
 
-func writeJSON(path string, v any) error {
+// WriteJSON writes v as indented JSON to path (0600, atomically): a run's files.
+func WriteJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", filepath.Base(path), err)
 	}
-	return writeFileAtomic(path, append(data, '\n'), 0o600)
+	return WriteFileAtomic(path, append(data, '\n'), 0o600)
 }
 
-func readJSON(path string, v any) error {
+// ReadJSON decodes the JSON file at path into v.
+func ReadJSON(path string, v any) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err // already names the path; callers test errors.Is(err, fs.ErrNotExist)
@@ -238,9 +240,9 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-// writeFileAtomic writes data next to path and renames it into place, so a reader sees the
+// WriteFileAtomic writes data next to path and renames it into place, so a reader sees the
 // old content or the new one, never a part.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
@@ -265,3 +267,26 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// Labels of a run (Request.Labels); the executors put them on what they make for it (runner
+// Jobs, their pods and request Secrets).
+const (
+	// LabelNodeClaim names the claim a run is for; callers set it through Request.Labels.
+	LabelNodeClaim = "karpenter.sh/nodeclaim"
+	// LabelNodeClaimUID is the UID of the claim a run is for (through Request.Labels): a run
+	// of the same name made for an earlier claim of the same name is not adopted.
+	LabelNodeClaimUID = "fulfiller.sh/nodeclaim-uid"
+	// LabelOperation is the run's operation (apply or destroy).
+	LabelOperation = "fulfiller.sh/operation"
+	// LabelManagedBy marks what the fulfiller created; the Job executor counts its runs by it.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedBy is LabelManagedBy's value.
+	ManagedBy = "fulfiller"
+)
+
+// Files of a local run, next to the request (the runner's --request): the request holds the
+// claim's user data and credentials, and the runner removes it once it has read it.
+const (
+	RequestFileName = "request.json"
+	ResultFileName  = "result.json"
+)

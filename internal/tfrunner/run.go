@@ -17,7 +17,7 @@ import (
 
 	"github.com/hashicorp/terraform-exec/tfexec"
 
-	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/message"
 )
 
 // TofuInterruptGrace is how long a cancelled run waits for tofu to stop after SIGINT (and
@@ -57,7 +57,7 @@ func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result 
 	if err != nil && ctx.Err() != nil {
 		// tfexec's error matches both context.Canceled and context.DeadlineExceeded; the
 		// context says which it was.
-		err = fmt.Errorf("%w (%s)", ctx.Err(), v1alpha1.ShortMessage(err.Error()))
+		err = fmt.Errorf("%w (%s)", ctx.Err(), message.Short(err.Error()))
 	}
 	out.flush()
 	res.Error = Classify(out.diagnostics(), err, rules.For(req.Family))
@@ -407,7 +407,7 @@ func writeVarsFile(path string, vars map[string]any, info *ModuleInfo) (passed, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: encoding variables: %w", ErrInvalidRequest, err)
 	}
-	if err := writeFileAtomic(path, data, 0o600); err != nil {
+	if err := WriteFileAtomic(path, data, 0o600); err != nil {
 		return nil, nil, err
 	}
 	return passed, skipped, nil
@@ -434,8 +434,10 @@ func runEnv(req Request) (map[string]string, error) {
 	env["HOME"] = home
 	env["TF_CLI_CONFIG_FILE"] = cliConfig
 	env["CHECKPOINT_DISABLE"] = "1"
-	if exe, err := os.Executable(); err == nil {
-		env["FULFILLER_BINARY"] = exe
+	if bin := os.Getenv(BinaryEnv); bin != "" {
+		env[BinaryEnv] = bin
+	} else if exe, err := os.Executable(); err == nil {
+		env[BinaryEnv] = exe
 	}
 	maps.Copy(env, tofuEnvFromRunner())
 	maps.Copy(env, req.Env)
@@ -465,7 +467,7 @@ func readOutputs(outputs map[string]tfexec.OutputMeta, res *Result) error {
 		return fmt.Errorf("%w: the module has no output %s", ErrInvalidModule, OutputProviderID)
 	}
 	if err := json.Unmarshal(pid.Value, &res.ProviderID); err != nil || res.ProviderID == "" {
-		return fmt.Errorf("%w: output %s must be a non-empty string, got %s", ErrInvalidModule, OutputProviderID, v1alpha1.ShortenTo(string(pid.Value), 80))
+		return fmt.Errorf("%w: output %s must be a non-empty string, got %s", ErrInvalidModule, OutputProviderID, message.ShortenTo(string(pid.Value), 80))
 	}
 	if o, ok := outputs[OutputNodeName]; ok {
 		if err := json.Unmarshal(o.Value, &res.NodeName); err != nil {
@@ -494,4 +496,28 @@ func secretValues(vars map[string]any, info *ModuleInfo) []string {
 		}
 	}
 	return secrets
+}
+
+// BinaryEnv names the fulfiller binary for tofu's provisioners (modules/sim and
+// modules/hetzner-robot run its commands). The runner passes its own on, unless whoever
+// started it named another: the runner binary alone (cmd/fulfiller-runner) has no such
+// commands, and the local executor names the binary it runs in.
+const BinaryEnv = "FULFILLER_BINARY"
+
+// TofuEnvPrefix marks runner environment variables that are passed on to tofu without the
+// prefix. A runner Job gets the keys of executor.Job.EnvFromSecrets this way, so credentials
+// reach tofu and its provisioners without appearing in the Job or the request.
+const TofuEnvPrefix = "FULFILLER_TOFU_ENV_"
+
+// tofuEnvFromRunner returns the runner's TofuEnvPrefix variables without the prefix.
+func tofuEnvFromRunner() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if rest, ok := strings.CutPrefix(kv, TofuEnvPrefix); ok {
+			if k, v, ok := strings.Cut(rest, "="); ok && k != "" {
+				env[k] = v
+			}
+		}
+	}
+	return env
 }

@@ -43,7 +43,7 @@ func TestRunApplyThenDestroy(t *testing.T) {
 	}
 
 	// The module got the declared variables, the rest was not passed at all.
-	if got := readFile(t, filepath.Join(record, "user_data")); got != testUserData {
+	if got := testenv.ReadFile(t, filepath.Join(record, "user_data")); got != testUserData {
 		t.Errorf("module saw user data %q", got)
 	}
 	text := log.String()
@@ -65,7 +65,7 @@ func TestRunApplyThenDestroy(t *testing.T) {
 
 	// tofu and its provisioners get an explicit environment.
 	exe, _ := os.Executable()
-	env := readFile(t, filepath.Join(record, "env"))
+	env := testenv.ReadFile(t, filepath.Join(record, "env"))
 	for _, kv := range []string{
 		"FULFILLER_BINARY=" + exe,
 		"HOME=" + filepath.Join(req.WorkDir, homeSubdir),
@@ -90,7 +90,7 @@ func TestRunApplyThenDestroy(t *testing.T) {
 		t.Errorf("destroy provisioner did not run: %v", err)
 	}
 	var st struct{ Resources []json.RawMessage }
-	if err := json.Unmarshal([]byte(readFile(t, state)), &st); err != nil || len(st.Resources) != 0 {
+	if err := json.Unmarshal([]byte(testenv.ReadFile(t, state)), &st); err != nil || len(st.Resources) != 0 {
 		t.Errorf("state after destroy: %d resources, %v", len(st.Resources), err)
 	}
 }
@@ -107,7 +107,7 @@ func TestRunLockHeldAndCancel(t *testing.T) {
 	var holderLog testenv.SyncBuffer
 	done := make(chan Result, 1)
 	go func() { done <- Run(ctx, holder, &holderLog, testRules) }()
-	eventually(t, 30*time.Second, "the holder to provision", func() bool { return provisioning(holderLog.String()) })
+	testenv.Eventually(t, 30*time.Second, "the holder to provision", func() bool { return provisioning(holderLog.String()) })
 
 	contender := nodeRequest(t, "node-c", "node", state, nil)
 	var log testenv.SyncBuffer

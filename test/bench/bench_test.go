@@ -37,12 +37,13 @@ type fulfillerBuild struct {
 // modules is the build's modules folder.
 func (f fulfillerBuild) modules() string { return filepath.Join(f.src, "modules") }
 
-// buildFulfillerDev builds the development binary into dir: the local environment, and a
-// runner whose FULFILLER_BINARY has the `sim` command modules/sim calls.
+// buildFulfillerDev builds the development binary into dir (the local environment, and the
+// FULFILLER_BINARY with the `sim` command modules/sim calls) and the runner binary beside it,
+// which its local executor starts.
 func buildFulfillerDev(b *testing.B, dir string) fulfillerBuild {
 	b.Helper()
 	bin := filepath.Join(dir, "fulfiller-dev")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller-dev")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = root(), os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("building fulfiller-dev: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // overheadRounds is how many applies of each kind one iteration measures.
@@ -35,7 +36,7 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 	bin := build.bin
 	simDir := filepath.Join(dir, "machines")
 	module := filepath.Join(build.modules(), "sim")
-	executor := &tfrunner.LocalExecutor{Dir: filepath.Join(dir, "runs"), Command: []string{bin, "run"}, Limiter: tfrunner.NewLimiter(tfrunner.MaxRuns(1))}
+	local := &executor.Local{Dir: filepath.Join(dir, "runs"), Command: []string{bin, "run"}, Limiter: executor.NewLimiter(executor.MaxRuns(1))}
 
 	vars := func(name string) map[string]any {
 		return map[string]any{
@@ -91,18 +92,18 @@ func BenchmarkRunnerOverhead(b *testing.B) {
 		}
 		wait := func(r tfrunner.Request) time.Duration {
 			start := time.Now()
-			if err := executor.Start(ctx, r); err != nil {
+			if err := local.Start(ctx, r); err != nil {
 				b.Fatal(err)
 			}
 			for {
-				st, err := executor.Status(ctx, r.Name, "")
+				st, err := local.Status(ctx, r.Name, "")
 				if err != nil {
 					b.Fatal(err)
 				}
-				if st.Phase == tfrunner.RunSucceeded {
+				if st.Phase == executor.RunSucceeded {
 					return time.Since(start)
 				}
-				if st.Phase == tfrunner.RunFailed {
+				if st.Phase == executor.RunFailed {
 					b.Fatalf("run %s failed: %+v", r.Name, st.Result.Error)
 				}
 				time.Sleep(20 * time.Millisecond)

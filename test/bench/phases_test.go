@@ -14,6 +14,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // phaseRounds is how many applies (each followed by its destroy) one iteration measures per
@@ -31,6 +32,24 @@ type phaseRunner struct {
 	// cacheDir is the requests' CacheDir ("" for none), fresh: a new folder for every run.
 	cacheDir string
 	fresh    bool
+	// job runs the runner as a runner Job does: the image's binary, `fulfiller run`. Else
+	// as the local executor does: the runner binary beside the development binary.
+	job bool
+}
+
+// command is how the runner is started, with the FULFILLER_BINARY of its provisioners.
+func (rn phaseRunner) command() ([]string, string) {
+	if !rn.job {
+		if runner := filepath.Join(filepath.Dir(rn.build.bin), executor.RunnerBinary); fileExists(runner) {
+			return []string{runner}, rn.build.bin
+		}
+	}
+	return []string{rn.build.bin, "run"}, rn.build.bin
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // runMeasure is what one run cost, seen from its parent and reported by the runner.
@@ -40,8 +59,9 @@ type runMeasure struct {
 }
 
 // BenchmarkRunPhases measures single runs of modules/sim with the kubernetes state backend,
-// started as the local executor starts them (`fulfiller-dev run --request ... --remove-request`
-// in the run's folder), one at a time: the wall-clock time from starting the runner until it
+// started as the local executor starts them (`fulfiller-runner --request ... --remove-request`
+// in the run's folder, or `fulfiller-dev run ...` for a revision without the runner binary)
+// or as a runner Job does (`fulfiller run`), one at a time: the wall-clock time from starting the runner until it
 // has exited, and the CPU time (user + system) of the runner and every process it waited for,
 // from the kernel's accounting of the waited-for child. The runner's own report splits both
 // into phases: process start, module preparation, tofu's version check, init, the operation
@@ -61,8 +81,8 @@ func BenchmarkRunPhases(b *testing.B) {
 	cached := phaseRunner{name: "cached", build: buildFulfillerDev(b, dir), cacheDir: filepath.Join(dir, "cache")}
 	runners := []phaseRunner{
 		cached,
-		{name: "no-cache", build: cached.build},
-		{name: "fresh-cache", build: cached.build, cacheDir: filepath.Join(dir, "fresh"), fresh: true},
+		{name: "no-cache", build: cached.build, job: true},
+		{name: "fresh-cache", build: cached.build, cacheDir: filepath.Join(dir, "fresh"), fresh: true, job: true},
 	}
 	if rev := os.Getenv(baselineRevEnv); rev != "" {
 		runners = append([]phaseRunner{{name: "baseline " + rev, build: buildRevision(b, rev, filepath.Join(dir, "baseline"))}}, runners...)
@@ -90,8 +110,8 @@ func BenchmarkRunPhases(b *testing.B) {
 		}
 	}
 	// The first run of a module fills the shared cache; later runs measure the steady state.
-	first := measureRun(b, ctx, cached.build.bin, request(cached, "phases-warm-up", tfrunner.Apply))
-	measureRun(b, ctx, cached.build.bin, request(cached, "phases-warm-up", tfrunner.Destroy))
+	first := measureRun(b, ctx, cached, request(cached, "phases-warm-up", tfrunner.Apply))
+	measureRun(b, ctx, cached, request(cached, "phases-warm-up", tfrunner.Destroy))
 	b.Logf("the first run of the module with the cache (it fills the cache):\n%s", summarize([]runMeasure{first}).table("apply"))
 
 	b.ResetTimer()
@@ -102,8 +122,8 @@ func BenchmarkRunPhases(b *testing.B) {
 		for r := 0; r < n; r++ {
 			for k, rn := range runners {
 				claim := fmt.Sprintf("phases-%d-%d-%d", i, r, k)
-				applies[k] = append(applies[k], measureRun(b, ctx, rn.build.bin, request(rn, claim, tfrunner.Apply)))
-				destroys[k] = append(destroys[k], measureRun(b, ctx, rn.build.bin, request(rn, claim, tfrunner.Destroy)))
+				applies[k] = append(applies[k], measureRun(b, ctx, rn, request(rn, claim, tfrunner.Apply)))
+				destroys[k] = append(destroys[k], measureRun(b, ctx, rn, request(rn, claim, tfrunner.Destroy)))
 			}
 		}
 		b.StopTimer()
@@ -121,7 +141,7 @@ func BenchmarkRunPhases(b *testing.B) {
 }
 
 // measureRun runs one request to its end as the local executor would and measures it.
-func measureRun(b *testing.B, ctx context.Context, bin string, req tfrunner.Request) runMeasure {
+func measureRun(b *testing.B, ctx context.Context, rn phaseRunner, req tfrunner.Request) runMeasure {
 	b.Helper()
 	if err := os.MkdirAll(req.WorkDir, 0o700); err != nil {
 		b.Fatal(err)
@@ -130,19 +150,21 @@ func measureRun(b *testing.B, ctx context.Context, bin string, req tfrunner.Requ
 	if err := tfrunner.WriteRequest(reqPath, req); err != nil {
 		b.Fatal(err)
 	}
-	logFile, err := os.Create(filepath.Join(req.WorkDir, tfrunner.LogFileName))
+	logFile, err := os.Create(filepath.Join(req.WorkDir, executor.LogFileName))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer logFile.Close()
-	cmd := exec.CommandContext(ctx, bin, "run", "--request", reqPath, "--remove-request")
+	command, fulfiller := rn.command()
+	cmd := exec.CommandContext(ctx, command[0], append(command[1:], "--request", reqPath, "--remove-request")...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = req.WorkDir, logFile, logFile
+	cmd.Env = append(os.Environ(), tfrunner.BinaryEnv+"="+fulfiller)
 	start := time.Now()
 	runErr := cmd.Run()
 	wall := time.Since(start)
 	res, err := tfrunner.ReadResult(filepath.Join(req.WorkDir, tfrunner.ResultFileName))
 	if err != nil || !res.Succeeded {
-		log, _ := os.ReadFile(filepath.Join(req.WorkDir, tfrunner.LogFileName))
+		log, _ := os.ReadFile(filepath.Join(req.WorkDir, executor.LogFileName))
 		b.Fatalf("run %s: %v %v %+v\n%s", req.Name, runErr, err, res.Error, log)
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
@@ -231,7 +253,11 @@ func buildRevision(b *testing.B, rev, dir string) fulfillerBuild {
 		b.Fatalf("extracting %s: %v\n%s", rev, err, out)
 	}
 	bin := filepath.Join(dir, "fulfiller-dev")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller-dev")
+	pkgs := []string{"./cmd/fulfiller-dev"}
+	if _, err := os.Stat(filepath.Join(src, "cmd", "fulfiller-runner")); err == nil {
+		pkgs = append(pkgs, "./cmd/fulfiller-runner") // revisions from 2026-12-01 on
+	}
+	build := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	build.Dir, build.Stdout, build.Stderr = src, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		b.Fatalf("building %s: %v", rev, err)

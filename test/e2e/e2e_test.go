@@ -62,10 +62,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	// The development binary: the environment's controller, runners and simulated machines.
+	// The development binary: the environment's controller and simulated machines; its local
+	// executor starts the runner binary beside it.
 	bin := filepath.Join(tmp, "fulfiller-dev")
 	env.bin = bin
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fulfiller-dev")
+	build := exec.Command("go", "build", "-o", tmp+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner")
 	build.Dir, build.Stdout, build.Stderr = env.root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building fulfiller-dev:", err)

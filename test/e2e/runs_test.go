@@ -22,6 +22,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // TestKilledRunnerLockIsRecovered kills a runner while its tofu apply holds the claim's state
@@ -138,7 +139,7 @@ func killRun(ctx context.Context, cs kubernetes.Interface, run string) error {
 		}
 		return kubelet.KillContainer(devenv.Layout{Dir: env.dir}.Kubelet(), &pods.Items[0])
 	}
-	pid, ok := proc.ReadPIDFile(filepath.Join(devenv.Layout{Dir: env.dir}.Runs(), run, tfrunner.PIDFileName))
+	pid, ok := proc.ReadPIDFile(filepath.Join(devenv.Layout{Dir: env.dir}.Runs(), run, executor.PIDFileName))
 	if !ok {
 		return fmt.Errorf("run %s has no pid file", run)
 	}

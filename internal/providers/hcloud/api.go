@@ -16,21 +16,20 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 )
 
 // The family reads the Hetzner Cloud API with its own small client over hcloud-go's schema
 // types (hcloud-go/v2/hcloud/schema): the hcloud package itself links the standard library's
 // testing package (v2.52.0 hcloud/testing.go), which the controller binary must not carry.
 
-// The environment a class's credentials give its runs, which the family's API calls use too:
-// the token, and the API's address (the tests point it at the stand-in).
+// The environment a class's credentials give its runs, and the API's address by default:
+// the runner's error rules (hcloudrules, which link no Kubernetes client) define them.
 const (
-	EnvToken    = "HCLOUD_TOKEN"
-	EnvEndpoint = "HCLOUD_ENDPOINT"
+	EnvToken        = hcloudrules.EnvToken
+	EnvEndpoint     = hcloudrules.EnvEndpoint
+	DefaultEndpoint = hcloudrules.DefaultEndpoint
 )
-
-// DefaultEndpoint is the Hetzner Cloud API.
-const DefaultEndpoint = "https://api.hetzner.cloud/v1"
 
 // apiTimeout bounds one family call to the API; perPage is the most items a page holds.
 const (
@@ -70,10 +69,9 @@ func (e *apiError) Error() string {
 
 // Error codes of the API (docs.hetzner.cloud "Errors") the family reads.
 const (
-	codeUnauthorized      = "unauthorized"
-	codeForbidden         = "forbidden"
-	codeNotFound          = "not_found"
-	codeRateLimitExceeded = "rate_limit_exceeded"
+	codeUnauthorized = "unauthorized"
+	codeForbidden    = "forbidden"
+	codeNotFound     = "not_found"
 )
 
 // isCode reports whether err is an error answer with code.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // The Hetzner Cloud API's rate limit (docs.hetzner.cloud, "Rate Limiting"): 3600 requests per
@@ -30,13 +31,13 @@ var _ family.APIBudgets = (*Family)(nil)
 // APIDemands implements family.APIBudgets: a run takes its estimate from its project's
 // hourly budget. A project is known by its token (and endpoint), so runs of every class
 // with the same token share one budget; its name shows a hash of them, never the token.
-func (*Family) APIDemands(req tfrunner.Request) []tfrunner.APIDemand {
+func (*Family) APIDemands(req tfrunner.Request) []executor.APIDemand {
 	requests := ApplyRequests
 	if req.Operation == tfrunner.Destroy {
 		requests = DestroyRequests
 	}
 	sum := sha256.Sum256([]byte(req.Env[EnvEndpoint] + "\x00" + req.Env[EnvToken]))
-	return []tfrunner.APIDemand{{
+	return []executor.APIDemand{{
 		Budget:   "the Hetzner Cloud project of token " + hex.EncodeToString(sum[:4]),
 		Limit:    ProjectRequestsPerHour,
 		Per:      time.Hour,

@@ -1,6 +1,7 @@
 package hcloud
 
 import (
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func TestAPIDemands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(op tfrunner.Operation, token string) tfrunner.APIDemand {
+	run := func(op tfrunner.Operation, token string) executor.APIDemand {
 		t.Helper()
 		d := families.APIDemands(tfrunner.Request{Family: v1alpha1.FamilyHcloud, Operation: op, Env: map[string]string{EnvToken: token}})
 		if len(d) != 1 {

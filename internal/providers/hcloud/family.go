@@ -3,6 +3,7 @@ package hcloud
 import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -22,4 +23,4 @@ func NewFamily() *Family { return &Family{} }
 func (*Family) Name() string { return v1alpha1.FamilyHcloud }
 
 // ErrorRules classify the Hetzner Cloud API's error codes and the provider's phrases.
-func (*Family) ErrorRules() tfrunner.Rules { return Rules{} }
+func (*Family) ErrorRules() tfrunner.Rules { return hcloudrules.Rules{} }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -34,7 +35,7 @@ func TestRetryAfter(t *testing.T) {
 				delete(env, EnvToken)
 			}
 			before := time.Now()
-			at, ok := Rules{}.RetryAfter(context.Background(), []tfrunner.Diagnostic{tc.diag}, env)
+			at, ok := hcloudrules.Rules{}.RetryAfter(context.Background(), []tfrunner.Diagnostic{tc.diag}, env)
 			if ok != (tc.want > 0) {
 				t.Fatalf("RetryAfter() = %s, %v; want a bound: %v", at, ok, tc.want > 0)
 			}

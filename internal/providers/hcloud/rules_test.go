@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -68,7 +69,7 @@ func TestRulesClassifyFixtures(t *testing.T) {
 	} {
 		t.Run(fixture, func(t *testing.T) {
 			diags := readFixture(t, fixture)
-			got := tfrunner.Classify(diags, exitErr, Rules{})
+			got := tfrunner.Classify(diags, exitErr, hcloudrules.Rules{})
 			if got == nil || got.Class != want.family {
 				t.Fatalf("Classify() = %v, want class %s", got, want.family)
 			}
@@ -108,7 +109,7 @@ func TestRules(t *testing.T) {
 		{"numbers are whole words", localExec("server 4012 failed"), ""},
 		{"the command line is not output", diag("local-exec provisioner error", "Error running command 'echo resource_unavailable': exit status 1. Output: boom"), ""},
 	} {
-		got, ok := Rules{}.Classify(tc.d)
+		got, ok := hcloudrules.Rules{}.Classify(tc.d)
 		if ok != (tc.want != "") || got != tc.want {
 			t.Errorf("%s: Classify() = %q, %v, want %q", tc.name, got, ok, tc.want)
 		}

@@ -3,6 +3,7 @@ package kubevirt
 import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/kubevirt/kubevirtrules"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -27,4 +28,4 @@ func NewFamily() *Family { return &Family{} }
 func (*Family) Name() string { return v1alpha1.FamilyKubeVirt }
 
 // ErrorRules classify the infra API server's answers to the kubectl provider.
-func (*Family) ErrorRules() tfrunner.Rules { return Rules{} }
+func (*Family) ErrorRules() tfrunner.Rules { return kubevirtrules.Rules{} }

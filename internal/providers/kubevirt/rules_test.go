@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/kubevirt/kubevirtrules"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -25,7 +26,7 @@ func TestRulesFixtures(t *testing.T) {
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			diags := readFixture(t, tc.fixture)
-			got := tfrunner.Classify(diags, errExit, Rules{})
+			got := tfrunner.Classify(diags, errExit, kubevirtrules.Rules{})
 			if got == nil || got.Class != tc.class || got.Message != tc.want {
 				t.Fatalf("Classify() = %+v\nwant class %s, message %q", got, tc.class, tc.want)
 			}
@@ -62,7 +63,7 @@ func TestRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := wrap(tc.answer)
-			class, ok := Rules{}.Classify(d)
+			class, ok := kubevirtrules.Rules{}.Classify(d)
 			if tc.class == "" {
 				if ok {
 					t.Fatalf("Classify() = %s, want no match", class)
@@ -72,7 +73,7 @@ func TestRules(t *testing.T) {
 			if !ok || class != tc.class {
 				t.Fatalf("Classify() = %s, %v; want %s", class, ok, tc.class)
 			}
-			msg := tfrunner.Classify([]tfrunner.Diagnostic{d}, errExit, Rules{}).Message
+			msg := tfrunner.Classify([]tfrunner.Diagnostic{d}, errExit, kubevirtrules.Rules{}).Message
 			if !strings.HasPrefix(msg, tc.want) || len(msg) > v1alpha1.MaxMessageLength {
 				t.Errorf("message %q, want it to start with %q", msg, tc.want)
 			}

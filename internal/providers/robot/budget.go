@@ -7,6 +7,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // runEndpoints are the webservice requests one run of modules/hetzner-robot makes at most
@@ -27,18 +28,18 @@ var _ family.APIBudgets = (*Family)(nil)
 // budget of each endpoint (DocumentedBudgets; the two server reads share one), per
 // webservice user, so runs of every class with the same user share them. The tightest is the
 // reset's: 50 per hour. A budget's name shows a hash of the user, not the user.
-func (*Family) APIDemands(req tfrunner.Request) []tfrunner.APIDemand {
+func (*Family) APIDemands(req tfrunner.Request) []executor.APIDemand {
 	sum := sha256.Sum256([]byte(req.Env[EnvEndpoint] + "\x00" + req.Env[EnvUser]))
 	user := hex.EncodeToString(sum[:4])
 	budgets := DocumentedBudgets()
-	out := make([]tfrunner.APIDemand, 0, len(runEndpoints))
+	out := make([]executor.APIDemand, 0, len(runEndpoints))
 	for endpoint, n := range runEndpoints {
 		counted := endpoint
 		if shared, ok := sharedBudgets[endpoint]; ok {
 			counted = shared
 		}
 		b := budgets[counted]
-		out = append(out, tfrunner.APIDemand{
+		out = append(out, executor.APIDemand{
 			Budget:   "the Robot webservice's " + counted + " budget of user " + user,
 			Limit:    b.Requests,
 			Per:      b.Interval,

@@ -1,6 +1,7 @@
 package robot
 
 import (
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 func TestAPIDemands(t *testing.T) {
 	req := tfrunner.Request{Family: v1alpha1.FamilyRobot, Operation: tfrunner.Apply, Env: map[string]string{EnvUser: "#ws+robotuser"}}
 	demands := NewFamily().APIDemands(req)
-	byEndpoint := map[string]tfrunner.APIDemand{}
+	byEndpoint := map[string]executor.APIDemand{}
 	for _, d := range demands {
 		if strings.Contains(d.Budget, "robotuser") || d.Requests != 1 || d.Per != time.Hour {
 			t.Errorf("demand %+v", d)

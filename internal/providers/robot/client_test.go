@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/standin"
 )
 
@@ -227,7 +228,7 @@ func TestClientRetriesAfterTheWebserviceRefuses(t *testing.T) {
 	if !errors.As(err, &rl) || rl.API == nil || rl.API.Code != robot.CodeRateLimitExceeded || rl.Budget.Requests != 1 || rl.Budget.Interval != time.Second {
 		t.Fatalf("a refused reset past MaxWait: %v", err)
 	}
-	if robot.Reason(err) != robot.ReasonRateLimited {
+	if robot.Reason(err) != robotrules.ReasonRateLimited {
 		t.Errorf("reason %s", robot.Reason(err))
 	}
 }

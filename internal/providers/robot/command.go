@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -166,7 +167,7 @@ func recordFailure(ctx context.Context, rec Recorder, server int, err error) err
 	}
 	reason := Reason(err)
 	switch reason {
-	case ReasonNotStandby, ReasonHostKeyMismatch, ReasonInstallFailed:
+	case robotrules.ReasonNotStandby, robotrules.ReasonHostKeyMismatch, robotrules.ReasonInstallFailed:
 	default:
 		return nil // not the server's fault
 	}
@@ -175,7 +176,7 @@ func recordFailure(ctx context.Context, rec Recorder, server int, err error) err
 		return gerr
 	}
 	attrs := failureAttrs(it, reason)
-	if reason != ReasonInstallFailed {
+	if reason != robotrules.ReasonInstallFailed {
 		attrs[AttrState] = StateUnverified
 	}
 	return ir.Record(ctx, server, attrs)
@@ -264,49 +265,33 @@ func keys(m map[string]string) []string {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// Reasons the command prints ahead of its error, which Rules classifies.
-const (
-	ReasonInvalidCredentials = "InvalidCredentials"
-	ReasonServerNotFound     = "ServerNotFound"
-	ReasonRateLimited        = "RateLimited"
-	ReasonHostKeyMismatch    = "HostKeyMismatch"
-	ReasonNotStandby         = "NotInStandby"
-	ReasonInstallFailed      = "InstallFailed"
-	ReasonRescueUnreachable  = "RescueUnreachable"
-	ReasonBootNotAvailable   = "RescueNotAvailable"
-	ReasonResetNotAvailable  = "ResetNotAvailable"
-	ReasonInvalidInput       = "InvalidInput"
-	ReasonInventory          = "InventoryChanged"
-	ReasonFailed             = "ActivationFailed"
-)
-
 // Reason names the condition of an activation or release error.
 func Reason(err error) string {
 	var rl *RateLimitedError
 	var mismatch *HostKeyMismatchError
 	switch {
 	case errors.Is(err, ErrInvalidCredentials):
-		return ReasonInvalidCredentials
+		return robotrules.ReasonInvalidCredentials
 	case errors.Is(err, ErrServerNotFound):
-		return ReasonServerNotFound
+		return robotrules.ReasonServerNotFound
 	case errors.As(err, &rl):
-		return ReasonRateLimited
+		return robotrules.ReasonRateLimited
 	case errors.As(err, &mismatch):
-		return ReasonHostKeyMismatch
+		return robotrules.ReasonHostKeyMismatch
 	case errors.Is(err, ErrNotStandby):
-		return ReasonNotStandby
+		return robotrules.ReasonNotStandby
 	case errors.Is(err, ErrInstallFailed):
-		return ReasonInstallFailed
+		return robotrules.ReasonInstallFailed
 	case errors.Is(err, ErrRescueUnreachable):
-		return ReasonRescueUnreachable
+		return robotrules.ReasonRescueUnreachable
 	case IsCode(err, CodeBootNotAvailable):
-		return ReasonBootNotAvailable
+		return robotrules.ReasonBootNotAvailable
 	case IsCode(err, CodeResetNotAvailable), IsCode(err, CodeResetManualActive):
-		return ReasonResetNotAvailable
+		return robotrules.ReasonResetNotAvailable
 	case IsCode(err, CodeInvalidInput):
-		return ReasonInvalidInput
+		return robotrules.ReasonInvalidInput
 	case errors.Is(err, statelock.ErrNotHolder), errors.Is(err, statelock.ErrUnknownItem):
-		return ReasonInventory
+		return robotrules.ReasonInventory
 	}
-	return ReasonFailed
+	return robotrules.ReasonFailed
 }

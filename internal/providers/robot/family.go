@@ -1,6 +1,7 @@
 package robot
 
 import (
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"sync"
 	"time"
 
@@ -34,4 +35,4 @@ func NewFamily() *Family { return &Family{} }
 func (*Family) Name() string { return v1alpha1.FamilyRobot }
 
 // ErrorRules classify the reasons `fulfiller robot` prints.
-func (*Family) ErrorRules() tfrunner.Rules { return Rules{} }
+func (*Family) ErrorRules() tfrunner.Rules { return robotrules.Rules{} }

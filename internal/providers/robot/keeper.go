@@ -13,6 +13,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 )
 
@@ -358,9 +359,9 @@ func (f *Family) check(ctx context.Context, s family.Scope, m Machines, it state
 		}
 		return ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", attrs))
 	case it.Attributes[AttrState] == StateUnverified && errors.As(err, &mismatch):
-		return f.fail(ctx, inv, it, ReasonHostKeyMismatch, "")
+		return f.fail(ctx, inv, it, robotrules.ReasonHostKeyMismatch, "")
 	case it.Attributes[AttrState] == StateUnverified && err == nil:
-		return f.fail(ctx, inv, it, ReasonNotStandby, "")
+		return f.fail(ctx, inv, it, robotrules.ReasonNotStandby, "")
 	case it.Attributes[AttrState] == StateReinstalling:
 		// Until the installed system boots, the rescue system (another host key) or nothing
 		// answers: only the time counts.
@@ -375,7 +376,7 @@ func (f *Family) check(ctx context.Context, s family.Scope, m Machines, it state
 			ks.mu.Lock()
 			delete(ks.firstSeen, it.ID)
 			ks.mu.Unlock()
-			return f.fail(ctx, inv, it, ReasonInstallFailed, "")
+			return f.fail(ctx, inv, it, robotrules.ReasonInstallFailed, "")
 		}
 	}
 	return nil
@@ -385,7 +386,7 @@ func (f *Family) check(ctx context.Context, s family.Scope, m Machines, it state
 // it at the second; a reinstall that failed makes it fresh again, to be installed anew.
 func (f *Family) fail(ctx context.Context, inv statelock.Inventory, it statelock.Item, reason, holder string) error {
 	attrs := failureAttrs(it, reason)
-	if reason == ReasonInstallFailed {
+	if reason == robotrules.ReasonInstallFailed {
 		attrs[AttrState] = ""
 	}
 	if err := inv.SetAttributes(ctx, it.ID, holder, attrs); err != nil {
@@ -436,7 +437,7 @@ func (f *Family) install(ctx context.Context, s family.Scope, m Machines, it sta
 	if err != nil {
 		cur, gerr := inv.Get(ctx, it.ID)
 		if gerr == nil {
-			_ = f.fail(ctx, inv, cur, ReasonInstallFailed, keeperHolder)
+			_ = f.fail(ctx, inv, cur, robotrules.ReasonInstallFailed, keeperHolder)
 		}
 	}
 	if rerr := inv.Release(ctx, it.ID, keeperHolder, nil); rerr != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -230,8 +231,8 @@ func robotClass(t *testing.T, log string) (tfrunner.ErrorClass, string) {
 		if json.Unmarshal(sc.Bytes(), &msg) != nil || msg.Diagnostic == nil || msg.Diagnostic.Severity != "error" {
 			continue
 		}
-		if class, ok := (robot.Rules{}).Classify(*msg.Diagnostic); ok {
-			reason, _ := robot.ReasonOf(msg.Diagnostic.Detail)
+		if class, ok := (robotrules.Rules{}).Classify(*msg.Diagnostic); ok {
+			reason, _ := robotrules.ReasonOf(msg.Diagnostic.Detail)
 			return class, reason
 		}
 	}
@@ -348,7 +349,7 @@ func TestModuleColdActivation(t *testing.T) {
 	if res.Succeeded {
 		t.Fatal("an apply whose installimage fails succeeded")
 	}
-	if class, reason := robotClass(t, log); class != tfrunner.Capacity || reason != robot.ReasonInstallFailed || !strings.Contains(res.Error.Message, "installimage") {
+	if class, reason := robotClass(t, log); class != tfrunner.Capacity || reason != robotrules.ReasonInstallFailed || !strings.Contains(res.Error.Message, "installimage") {
 		t.Errorf("failed install: class %s, reason %s, message %q", class, reason, res.Error.Message)
 	}
 
@@ -403,16 +404,16 @@ func TestModuleBadInput(t *testing.T) {
 		inMessage []string
 	}{
 		{name: "robot-bad-creds", params: base, env: map[string]string{robot.EnvPassword: "not the password"},
-			class: tfrunner.Credentials, reason: robot.ReasonInvalidCredentials, inMessage: []string{"UNAUTHORIZED", "401"}},
+			class: tfrunner.Credentials, reason: robotrules.ReasonInvalidCredentials, inMessage: []string{"UNAUTHORIZED", "401"}},
 		{name: "robot-bad-server", params: with("server_number", "999"),
-			class: tfrunner.InvalidModule, reason: robot.ReasonServerNotFound, inMessage: []string{"SERVER_NOT_FOUND", "999"}},
+			class: tfrunner.InvalidModule, reason: robotrules.ReasonServerNotFound, inMessage: []string{"SERVER_NOT_FOUND", "999"}},
 		{name: "robot-bad-used", server: used, params: map[string]string{"server_number": "522", "activation_path": "warm", "host_key": usedItem.Attributes[robot.AttrHostKey], "lease_holder": usedHolder},
-			class: tfrunner.Capacity, reason: robot.ReasonNotStandby, inMessage: []string{"not in standby", "522"}},
+			class: tfrunner.Capacity, reason: robotrules.ReasonNotStandby, inMessage: []string{"not in standby", "522"}},
 		{name: "robot-bad-hostkey", params: base, before: func() {
 			if err := srv.ReplaceHostKey(); err != nil {
 				t.Fatal(err)
 			}
-		}, class: tfrunner.Capacity, reason: robot.ReasonHostKeyMismatch, inMessage: []string{"host key", "changed", ssh.FingerprintSHA256(mustKey(t, hostKey))}},
+		}, class: tfrunner.Capacity, reason: robotrules.ReasonHostKeyMismatch, inMessage: []string{"host key", "changed", ssh.FingerprintSHA256(mustKey(t, hostKey))}},
 	}
 	for _, tc := range cases {
 		if tc.before != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -155,7 +156,7 @@ func TestPoolQuarantinesServerUsedOutside(t *testing.T) {
 		t.Fatal("a warm activation of a server in use succeeded")
 	}
 	it, _ := p.inv.Get(context.Background(), "721")
-	if it.Attributes[robot.AttrState] != robot.StateUnverified || it.Attributes[robot.AttrFailures] != "1" || it.Attributes[robot.AttrLastFailure] != robot.ReasonNotStandby {
+	if it.Attributes[robot.AttrState] != robot.StateUnverified || it.Attributes[robot.AttrFailures] != "1" || it.Attributes[robot.AttrLastFailure] != robotrules.ReasonNotStandby {
 		t.Fatalf("after the failed activation: %+v", it)
 	}
 	// The failed activation left its resource tainted: its destroy runs no provisioner. Had it
@@ -168,7 +169,7 @@ func TestPoolQuarantinesServerUsedOutside(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := keepUntil(t, f, s, noClaim, "the server's quarantine", func(r family.PoolReport) bool { return r.Reason == v1alpha1.ReasonServersQuarantined })
-	if r.Healthy || !strings.Contains(r.Message, "server 721 ("+robot.ReasonNotStandby) || len(r.Events) != 1 || r.Events[0].Reason != v1alpha1.ReasonServerQuarantined {
+	if r.Healthy || !strings.Contains(r.Message, "server 721 ("+robotrules.ReasonNotStandby) || len(r.Events) != 1 || r.Events[0].Reason != v1alpha1.ReasonServerQuarantined {
 		t.Errorf("report %+v", r)
 	}
 	if events := srv.Events(); len(events) != touched {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 )
@@ -300,7 +301,7 @@ func TestQuarantineAfterTwoFailuresWithEvent(t *testing.T) {
 	r := fx.keep(noClaims)
 	r = fx.keep(noClaims) // the probe ran in the background; this round reports it
 	it = fx.item(id)
-	if !it.Quarantined() || !strings.Contains(it.QuarantineReason, ReasonNotStandby) {
+	if !it.Quarantined() || !strings.Contains(it.QuarantineReason, robotrules.ReasonNotStandby) {
 		t.Fatalf("after two failures: %+v", it)
 	}
 	if r.Healthy || r.Reason != v1alpha1.ReasonServersQuarantined || !strings.Contains(r.Message, "server "+id) {
@@ -333,7 +334,7 @@ func TestKeepInstallFailuresQuarantine(t *testing.T) {
 	}
 	fx.keep(noClaims)
 	r := fx.keep(noClaims)
-	if it := fx.item("101"); !it.Quarantined() || !strings.Contains(it.QuarantineReason, ReasonInstallFailed) || it.Leased() {
+	if it := fx.item("101"); !it.Quarantined() || !strings.Contains(it.QuarantineReason, robotrules.ReasonInstallFailed) || it.Leased() {
 		t.Fatalf("after two failed installs: %+v", it)
 	}
 	if r.Reason != v1alpha1.ReasonServersQuarantined {

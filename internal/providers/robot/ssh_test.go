@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/standin"
 )
 
@@ -51,7 +52,7 @@ func TestHostKeyPinning(t *testing.T) {
 	if mismatch.Want != ssh.FingerprintSHA256(recorded) || mismatch.Got != ssh.FingerprintSHA256(srv.HostKey()) || mismatch.Want == mismatch.Got {
 		t.Errorf("mismatch %+v; recorded %s, presented %s", mismatch, ssh.FingerprintSHA256(recorded), ssh.FingerprintSHA256(srv.HostKey()))
 	}
-	if !strings.Contains(err.Error(), "refusing to connect") || robot.Reason(err) != robot.ReasonHostKeyMismatch {
+	if !strings.Contains(err.Error(), "refusing to connect") || robot.Reason(err) != robotrules.ReasonHostKeyMismatch {
 		t.Errorf("message %q, reason %s", err, robot.Reason(err))
 	}
 	if time.Since(start) > 5*time.Second {

@@ -8,7 +8,7 @@ package simulated
 import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
-	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -28,4 +28,4 @@ func (*Family) Name() string { return v1alpha1.FamilySim }
 
 // ErrorRules are the Hetzner Cloud family's: the simulated cloud of modules/sim fails with
 // the Hetzner Cloud API's error codes (its parameters.apply_error).
-func (*Family) ErrorRules() tfrunner.Rules { return hcloud.Rules{} }
+func (*Family) ErrorRules() tfrunner.Rules { return hcloudrules.Rules{} }

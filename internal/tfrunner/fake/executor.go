@@ -1,6 +1,6 @@
-// Package fake is an in-memory tfrunner.Executor for tests of what drives runs: runs end as
+// Package fake is an in-memory executor.Executor for tests of what drives runs: runs end as
 // scripted (per run name or per operation), errors can be injected into any call, and every
-// call is logged. It admits runs through a tfrunner.Limiter, as the real executors do, and
+// call is logged. It admits runs through a executor.Limiter, as the real executors do, and
 // passes the executor contract suite where the contract does not need tofu itself
 // (internal/tfrunner/fake_contract_test.go). Only tests import it.
 package fake
@@ -16,19 +16,20 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // Executor is an in-memory executor. Its zero value is not usable: make one with New.
 type Executor struct {
 	clock clock.PassiveClock
-	// Limiter admits new runs (default: its own, tfrunner.DefaultMaxConcurrent at once).
-	Limiter *tfrunner.Limiter
+	// Limiter admits new runs (default: its own, executor.DefaultMaxConcurrent at once).
+	Limiter *executor.Limiter
 	// CancelledGone makes a cancelled run disappear once it has stopped (Status reports
 	// ErrRunNotFound), as a runner Job does; otherwise it ends Failed with class Cancelled, as
 	// a local run does.
 	CancelledGone bool
 
-	own tfrunner.Limiter
+	own executor.Limiter
 
 	mu       sync.Mutex
 	runs     map[string]*run
@@ -40,8 +41,8 @@ type Executor struct {
 }
 
 var (
-	_ tfrunner.Executor       = (*Executor)(nil)
-	_ tfrunner.LockAttributor = (*Executor)(nil)
+	_ executor.Executor       = (*Executor)(nil)
+	_ executor.LockAttributor = (*Executor)(nil)
 )
 
 // New returns an executor whose runs take their times from clk (start, deadlines, how long a
@@ -155,7 +156,7 @@ func (e *Executor) Finish(name string) error {
 	defer e.mu.Unlock()
 	r, ok := e.runs[name]
 	if !ok {
-		return fmt.Errorf("run %s: %w", name, tfrunner.ErrRunNotFound)
+		return fmt.Errorf("run %s: %w", name, executor.ErrRunNotFound)
 	}
 	if r.result == nil && r.cancelled == nil {
 		e.end(r)
@@ -213,7 +214,7 @@ func (e *Executor) Request(name string) (tfrunner.Request, bool) {
 	return r.req, true
 }
 
-// Start implements tfrunner.Executor.
+// Start implements executor.Executor.
 func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) {
 	req.WorkDir = "/fake/runs/" + req.Name
 	logged := req
@@ -227,7 +228,7 @@ func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) 
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	return e.limiter().Start(ctx, req, tfrunner.StartSteps{
+	return e.limiter().Start(ctx, req, executor.StartSteps{
 		Exists: func(context.Context) (bool, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -235,7 +236,7 @@ func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) 
 			if !ok {
 				return false, nil
 			}
-			return true, tfrunner.CheckOwner(req.Name, r.req.Labels, req.Labels[tfrunner.LabelNodeClaimUID])
+			return true, executor.CheckOwner(req.Name, r.req.Labels, req.Labels[tfrunner.LabelNodeClaimUID])
 		},
 		InProgress: func(context.Context) (map[string]bool, error) {
 			e.mu.Lock()
@@ -256,15 +257,15 @@ func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) 
 	})
 }
 
-func (e *Executor) limiter() *tfrunner.Limiter {
+func (e *Executor) limiter() *executor.Limiter {
 	if e.Limiter != nil {
 		return e.Limiter
 	}
 	return &e.own
 }
 
-// Status implements tfrunner.Executor. A run ends when a Status call finds its outcome due.
-func (e *Executor) Status(_ context.Context, name, claimUID string) (st tfrunner.RunStatus, err error) {
+// Status implements executor.Executor. A run ends when a Status call finds its outcome due.
+func (e *Executor) Status(_ context.Context, name, claimUID string) (st executor.RunStatus, err error) {
 	defer func() { e.log(Call{Method: MethodStatus, Run: name, ClaimUID: claimUID, Err: err}) }()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -275,23 +276,23 @@ func (e *Executor) Status(_ context.Context, name, claimUID string) (st tfrunner
 		err = e.injectedLocked(MethodStatus, name, "")
 	}
 	if err != nil {
-		return tfrunner.RunStatus{}, err
+		return executor.RunStatus{}, err
 	}
 	if !ok {
-		return tfrunner.RunStatus{}, fmt.Errorf("run %s: %w", name, tfrunner.ErrRunNotFound)
+		return executor.RunStatus{}, fmt.Errorf("run %s: %w", name, executor.ErrRunNotFound)
 	}
-	if err := tfrunner.CheckOwner(name, r.req.Labels, claimUID); err != nil {
-		return tfrunner.RunStatus{}, err
+	if err := executor.CheckOwner(name, r.req.Labels, claimUID); err != nil {
+		return executor.RunStatus{}, err
 	}
-	st = tfrunner.RunStatus{Name: name, Phase: tfrunner.RunRunning, LogPath: "fake/" + name, StartTime: r.started}
+	st = executor.RunStatus{Name: name, Phase: executor.RunRunning, LogPath: "fake/" + name, StartTime: r.started}
 	e.settle(r)
 	switch {
 	case r.result != nil && r.cancelled != nil && e.CancelledGone:
 		delete(e.runs, name)
-		return tfrunner.RunStatus{}, fmt.Errorf("run %s: %w", name, tfrunner.ErrRunNotFound)
+		return executor.RunStatus{}, fmt.Errorf("run %s: %w", name, executor.ErrRunNotFound)
 	case r.result != nil:
 	case r.cancelled != nil:
-		st.Phase = tfrunner.RunStopping
+		st.Phase = executor.RunStopping
 		return st, nil
 	default:
 		r.polls++
@@ -303,14 +304,14 @@ func (e *Executor) Status(_ context.Context, name, claimUID string) (st tfrunner
 	}
 	res := *r.result
 	st.Result = &res
-	st.Phase = tfrunner.RunFailed
+	st.Phase = executor.RunFailed
 	if res.Succeeded {
-		st.Phase = tfrunner.RunSucceeded
+		st.Phase = executor.RunSucceeded
 	}
 	return st, nil
 }
 
-// Cancel implements tfrunner.Executor: it returns at once; the run reports RunStopping for
+// Cancel implements executor.Executor: it returns at once; the run reports RunStopping for
 // its outcome's StopDelay, then it has ended.
 func (e *Executor) Cancel(_ context.Context, name, claimUID string) (err error) {
 	defer func() { e.log(Call{Method: MethodCancel, Run: name, ClaimUID: claimUID, Err: err}) }()
@@ -325,9 +326,9 @@ func (e *Executor) Cancel(_ context.Context, name, claimUID string) (err error) 
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("run %s: %w", name, tfrunner.ErrRunNotFound)
+		return fmt.Errorf("run %s: %w", name, executor.ErrRunNotFound)
 	}
-	if err := tfrunner.CheckOwner(name, r.req.Labels, claimUID); err != nil {
+	if err := executor.CheckOwner(name, r.req.Labels, claimUID); err != nil {
 		return err
 	}
 	if e.settle(r); r.result == nil && r.cancelled == nil {
@@ -337,10 +338,10 @@ func (e *Executor) Cancel(_ context.Context, name, claimUID string) (err error) 
 	return nil
 }
 
-// AttributeLock implements tfrunner.LockAttributor as runner pods are attributed: a fake
+// AttributeLock implements executor.LockAttributor as runner pods are attributed: a fake
 // run's host name is its name. A lock of a run this executor does not know (lost) or that
 // has ended was left by a runner that is gone.
-func (e *Executor) AttributeLock(_ context.Context, owner tfrunner.LockOwner, runs []string) (tfrunner.Attribution, error) {
+func (e *Executor) AttributeLock(_ context.Context, owner executor.LockOwner, runs []string) (executor.Attribution, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	host := owner.Host()
@@ -354,14 +355,14 @@ func (e *Executor) AttributeLock(_ context.Context, owner tfrunner.LockOwner, ru
 		}
 		switch {
 		case !ok:
-			return tfrunner.Attribution{Run: name, Gone: true, Detail: "fake run " + name + " no longer exists"}, nil
+			return executor.Attribution{Run: name, Gone: true, Detail: "fake run " + name + " no longer exists"}, nil
 		case r.result != nil:
-			return tfrunner.Attribution{Run: name, Gone: true, Detail: "fake run " + name + " has ended"}, nil
+			return executor.Attribution{Run: name, Gone: true, Detail: "fake run " + name + " has ended"}, nil
 		default:
-			return tfrunner.Attribution{Run: name, Detail: "fake run " + name + " is running"}, nil
+			return executor.Attribution{Run: name, Detail: "fake run " + name + " is running"}, nil
 		}
 	}
-	return tfrunner.Attribution{}, nil
+	return executor.Attribution{}, nil
 }
 
 // settle ends a run whose end is due by the clock: a cancelled run once its stop delay has

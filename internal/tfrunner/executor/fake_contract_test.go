@@ -1,6 +1,7 @@
-package tfrunner_test
+package executor_test
 
 import (
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"testing"
 
 	"k8s.io/utils/clock"
@@ -21,18 +22,18 @@ func TestFakeExecutorContract(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			tfrunner.ExecutorContract(t, tfrunner.Contract{
-				NewExecutor: func(*testing.T) tfrunner.Executor {
+			executor.ExecutorContract(t, executor.Contract{
+				NewExecutor: func(*testing.T) executor.Executor {
 					e := fake.New(clock.RealClock{})
 					e.CancelledGone = gone
 					return e
 				},
-				Logs:          func(*testing.T, tfrunner.RunStatus) string { return "(the fake keeps no log)" },
+				Logs:          func(*testing.T, executor.RunStatus) string { return "(the fake keeps no log)" },
 				CancelledGone: gone,
-				RequestExists: func(_ *testing.T, e tfrunner.Executor, run string) bool {
+				RequestExists: func(_ *testing.T, e executor.Executor, run string) bool {
 					return e.(*fake.Executor).HasRequest(run)
 				},
-				Script: func(_ *testing.T, e tfrunner.Executor, req tfrunner.Request, b tfrunner.Behaviour) {
+				Script: func(_ *testing.T, e executor.Executor, req tfrunner.Request, b executor.Behaviour) {
 					o := fake.Outcome{Polls: 1, Hold: b.Hold, StopDelay: b.StopDelay}
 					if b.Fail != "" {
 						o.Error = &tfrunner.RunError{Class: b.Fail, Message: "the module failed with " + string(b.Fail)}

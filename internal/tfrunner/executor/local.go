@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // RunPhase is where a run is, derived from its files and process for display and decisions.
@@ -39,14 +40,14 @@ type RunStatus struct {
 	Name  string
 	Phase RunPhase
 	// Result is set once the run has finished (Succeeded or Failed).
-	Result    *Result
+	Result    *tfrunner.Result
 	LogPath   string
 	StartTime time.Time
 	// Progress is the latest message tofu reported while the run goes on (e.g.
 	// "terraform_data.machine: Creating..."), for status displays.
 	Progress string
 	// EndReported: the executor will report this running run's end as it happens
-	// (LocalExecutor.OnEnd), so a caller looks again for its progress only, not to notice
+	// (Local.OnEnd), so a caller looks again for its progress only, not to notice
 	// its end.
 	EndReported bool
 }
@@ -66,7 +67,7 @@ func (s RunStatus) Done() bool {
 type Executor interface {
 	// Start starts the run req.Name. It is idempotent: when a run of that name exists for the
 	// same claim, it does nothing and returns nil.
-	Start(ctx context.Context, req Request) error
+	Start(ctx context.Context, req tfrunner.Request) error
 	// Status reports on a run; ErrRunNotFound when there is none of that name. Once a run
 	// has finished, the stored request (the claim's user data and credentials) is removed;
 	// its log stays readable.
@@ -91,7 +92,7 @@ var (
 // other than claimUID. A run without the label (made before runs were labelled) and an empty
 // claimUID match.
 func CheckOwner(name string, labels map[string]string, claimUID string) error {
-	theirs := labels[LabelNodeClaimUID]
+	theirs := labels[tfrunner.LabelNodeClaimUID]
 	if claimUID == "" || theirs == "" || theirs == claimUID {
 		return nil
 	}
@@ -101,10 +102,8 @@ func CheckOwner(name string, labels map[string]string, claimUID string) error {
 // Files in a local run's folder, which is also the run's Request.WorkDir. The request holds
 // the claim's user data and credentials: the runner removes it once it has read it.
 const (
-	RequestFileName = "request.json"
-	ResultFileName  = "result.json"
-	LogFileName     = "run.log"
-	PIDFileName     = "pid"
+	LogFileName = "run.log"
+	PIDFileName = "pid"
 	// RunInfoFileName holds what the executor keeps of the request: operation and labels.
 	RunInfoFileName = "run.json"
 	// cancelFileName marks a cancelled run; its time starts the grace period.
@@ -113,8 +112,8 @@ const (
 
 // runInfo is the part of a request that stays with a local run: nothing secret.
 type runInfo struct {
-	Operation Operation         `json:"operation"`
-	Labels    map[string]string `json:"labels,omitempty"`
+	Operation tfrunner.Operation `json:"operation"`
+	Labels    map[string]string  `json:"labels,omitempty"`
 }
 
 // LocalRunNice is the niceness of local runs in the controller: a burst of runs on the
@@ -126,19 +125,21 @@ const LocalRunNice = 10
 // another executor instance) before it is reported as failed.
 const startWindow = 30 * time.Second
 
-// LocalExecutor runs each run as a child process, `<Command...> --request <dir>/request.json`,
+// Local runs each run as a child process, `<Command...> --request <dir>/request.json`,
 // in its own session, with stdout and stderr going to <dir>/run.log, where <dir> is
 // Dir/<name>. The child writes <dir>/result.json before it exits. Children are not killed
-// when the executor's process exits: a new LocalExecutor on the same Dir finds them through
+// when the executor's process exits: a new Local on the same Dir finds them through
 // <dir>/pid and /proc (Linux only).
 //
 // Runs start through Limiter, which counts the runs in progress over Dir (so adopted runs
 // count); Start returns an *AdmissionError (ErrBusy) when it refuses one, and the caller
 // retries later.
-type LocalExecutor struct {
+type Local struct {
 	// Dir holds one folder per run.
 	Dir string
-	// Command is the runner and its leading arguments (default: this executable and "run").
+	// Command is the runner and its leading arguments. By default it is RunnerBinary when that
+	// lies next to this executable, else this executable and "run"; either way the runner
+	// gets this executable as FULFILLER_BINARY, for provisioners that run its commands.
 	Command []string
 	// Env is added to this process's environment for the runner.
 	Env []string
@@ -165,10 +166,10 @@ type LocalExecutor struct {
 	reaping sync.Map
 }
 
-var _ Executor = (*LocalExecutor)(nil)
+var _ Executor = (*Local)(nil)
 
 // runDir is absolute: the runner's command line holds it, and adopters compare it.
-func (e *LocalExecutor) runDir(name string) string {
+func (e *Local) runDir(name string) string {
 	dir, err := filepath.Abs(e.Dir)
 	if err != nil {
 		dir = e.Dir
@@ -176,27 +177,48 @@ func (e *LocalExecutor) runDir(name string) string {
 	return filepath.Join(dir, name)
 }
 
-func (e *LocalExecutor) cacheDir() string {
+func (e *Local) cacheDir() string {
 	if e.CacheDir != "" {
 		return e.CacheDir
 	}
 	return e.runDir(".module-cache")
 }
 
-func (e *LocalExecutor) command() ([]string, error) {
+// RunnerBinary is the runner alone (cmd/fulfiller-runner): it starts in a tenth of the CPU
+// of a binary that links the controller.
+const RunnerBinary = "fulfiller-runner"
+
+// command is the runner's command and the environment it adds for it.
+func (e *Local) command() ([]string, []string, error) {
 	if len(e.Command) > 0 {
-		return e.Command, nil
+		return e.Command, nil, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("finding the runner binary: %w", err)
+		return nil, nil, fmt.Errorf("finding the runner binary: %w", err)
 	}
-	return []string{exe, "run"}, nil
+	command, env := runnerBeside(exe)
+	return command, env, nil
+}
+
+// runnerBeside is the runner for the binary exe: RunnerBinary when it lies beside exe, else
+// `exe run`; the runner gets exe as FULFILLER_BINARY either way.
+func runnerBeside(exe string) ([]string, []string) {
+	env := []string{tfrunner.BinaryEnv + "=" + exe}
+	if runner := filepath.Join(filepath.Dir(exe), RunnerBinary); isExecutable(runner) {
+		return []string{runner}, env
+	}
+	return []string{exe, "run"}, env
+}
+
+func isExecutable(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0
 }
 
 // Start implements Executor. Request.WorkDir is replaced by the run's folder, and
 // Request.CacheDir by the executor's module cache.
-func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
+func (e *Local) Start(ctx context.Context, req tfrunner.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -210,14 +232,14 @@ func (e *LocalExecutor) Start(ctx context.Context, req Request) error {
 			if _, err := os.Stat(dir); err != nil {
 				return false, nil
 			}
-			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[LabelNodeClaimUID])
+			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[tfrunner.LabelNodeClaimUID])
 		},
 		InProgress: func(context.Context) (map[string]bool, error) { return e.inProgress() },
 		Create:     func(context.Context) error { return e.create(dir, req) },
 	})
 }
 
-func (e *LocalExecutor) limiter() *Limiter {
+func (e *Local) limiter() *Limiter {
 	if e.Limiter != nil {
 		return e.Limiter
 	}
@@ -225,7 +247,7 @@ func (e *LocalExecutor) limiter() *Limiter {
 }
 
 // create makes the run's folder and starts its runner.
-func (e *LocalExecutor) create(dir string, req Request) error {
+func (e *Local) create(dir string, req tfrunner.Request) error {
 	if err := os.MkdirAll(e.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating runs folder: %w", err)
 	}
@@ -242,16 +264,16 @@ func (e *LocalExecutor) create(dir string, req Request) error {
 	return nil
 }
 
-func (e *LocalExecutor) spawn(dir string, req Request) error {
-	command, err := e.command()
+func (e *Local) spawn(dir string, req tfrunner.Request) error {
+	command, commandEnv, err := e.command()
 	if err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(dir, RunInfoFileName), runInfo{Operation: req.Operation, Labels: req.Labels}); err != nil {
+	if err := tfrunner.WriteJSON(filepath.Join(dir, RunInfoFileName), runInfo{Operation: req.Operation, Labels: req.Labels}); err != nil {
 		return err
 	}
-	reqPath := filepath.Join(dir, RequestFileName)
-	if err := WriteRequest(reqPath, req); err != nil {
+	reqPath := filepath.Join(dir, tfrunner.RequestFileName)
+	if err := tfrunner.WriteRequest(reqPath, req); err != nil {
 		return err
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, LogFileName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -263,7 +285,7 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 	cmd := exec.Command(command[0], args...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), e.Env...)
+	cmd.Env = append(append(os.Environ(), commandEnv...), e.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // survives us; no terminal signals
 	if err := cmd.Start(); err != nil {
 		return err
@@ -278,7 +300,7 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 			return fmt.Errorf("setting the runner's niceness to %d: %w", e.Nice, err)
 		}
 	}
-	if err := writeFileAtomic(filepath.Join(dir, PIDFileName), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+	if err := tfrunner.WriteFileAtomic(filepath.Join(dir, PIDFileName), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return err
@@ -295,7 +317,7 @@ func (e *LocalExecutor) spawn(dir string, req Request) error {
 }
 
 // inProgress are the runs in Dir whose runner is alive.
-func (e *LocalExecutor) inProgress() (map[string]bool, error) {
+func (e *Local) inProgress() (map[string]bool, error) {
 	entries, err := os.ReadDir(e.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -317,8 +339,8 @@ func (e *LocalExecutor) inProgress() (map[string]bool, error) {
 }
 
 // Status implements Executor.
-func (e *LocalExecutor) Status(ctx context.Context, name, claimUID string) (RunStatus, error) {
-	if validateName(name) != nil {
+func (e *Local) Status(ctx context.Context, name, claimUID string) (RunStatus, error) {
+	if tfrunner.ValidateName(name) != nil {
 		return RunStatus{}, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
 	dir := e.runDir(name)
@@ -368,9 +390,9 @@ func (e *LocalExecutor) Status(ctx context.Context, name, claimUID string) (RunS
 	if !hasPID {
 		msg = "runner was not started"
 	}
-	res := &Result{Operation: run.Operation, Error: &RunError{Class: Unknown, Message: msg}, Started: st.StartTime}
+	res := &tfrunner.Result{Operation: run.Operation, Error: &tfrunner.RunError{Class: tfrunner.Unknown, Message: msg}, Started: st.StartTime}
 	if _, cancelled := cancelTime(dir); cancelled {
-		res.Error = newRunError(Cancelled, "run cancelled; the runner was killed after its grace period")
+		res.Error = tfrunner.NewRunError(tfrunner.Cancelled, "run cancelled; the runner was killed after its grace period")
 	}
 	if info, err := os.Stat(st.LogPath); err == nil {
 		res.Finished = info.ModTime().UTC()
@@ -384,10 +406,10 @@ func (e *LocalExecutor) Status(ctx context.Context, name, claimUID string) (RunS
 // existed, from its request while that is still there.
 func readRunInfo(dir string) runInfo {
 	var info runInfo
-	if err := readJSON(filepath.Join(dir, RunInfoFileName), &info); err == nil {
+	if err := tfrunner.ReadJSON(filepath.Join(dir, RunInfoFileName), &info); err == nil {
 		return info
 	}
-	if req, err := ReadRequest(filepath.Join(dir, RequestFileName)); err == nil {
+	if req, err := tfrunner.ReadRequest(filepath.Join(dir, tfrunner.RequestFileName)); err == nil {
 		info = runInfo{Operation: req.Operation, Labels: req.Labels}
 	}
 	return info
@@ -396,12 +418,12 @@ func readRunInfo(dir string) runInfo {
 // removeRequest removes a finished run's request, which a runner that died before reading it
 // left behind.
 func removeRequest(dir string) {
-	_ = os.Remove(filepath.Join(dir, RequestFileName))
+	_ = os.Remove(filepath.Join(dir, tfrunner.RequestFileName))
 }
 
 // finished fills st from the run's result file, when there is one.
 func finished(dir string, st *RunStatus) (bool, error) {
-	res, err := ReadResult(filepath.Join(dir, ResultFileName))
+	res, err := tfrunner.ReadResult(filepath.Join(dir, tfrunner.ResultFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -416,18 +438,18 @@ func finished(dir string, st *RunStatus) (bool, error) {
 	return true, nil
 }
 
-func (e *LocalExecutor) grace() time.Duration {
+func (e *Local) grace() time.Duration {
 	if e.Grace > 0 {
 		return e.Grace
 	}
-	return TofuInterruptGrace + 30*time.Second
+	return tfrunner.TofuInterruptGrace + 30*time.Second
 }
 
 // Cancel implements Executor: it interrupts the runner (SIGINT; the runner interrupts tofu)
 // once, marks the run cancelled and returns. Status reports the run Stopping while the runner
 // lives, and kills the runner's session once Grace has passed since the cancel.
-func (e *LocalExecutor) Cancel(_ context.Context, name, claimUID string) error {
-	if validateName(name) != nil {
+func (e *Local) Cancel(_ context.Context, name, claimUID string) error {
+	if tfrunner.ValidateName(name) != nil {
 		return fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
 	dir := e.runDir(name)
@@ -485,7 +507,7 @@ func readPID(dir string) (int, time.Time, bool) {
 // runnerAlive reports whether pid is a live process running the request of the run in dir
 // (so a reused pid is not mistaken for the runner).
 func runnerAlive(pid int, dir string) bool {
-	return proc.Alive(pid, filepath.Join(dir, RequestFileName))
+	return proc.Alive(pid, filepath.Join(dir, tfrunner.RequestFileName))
 }
 
 // lastProgress returns the @message of the last tofu UI line in the tail of a run log.

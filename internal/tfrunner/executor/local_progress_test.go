@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package hcloud
+package hcloudrules
 
 import "github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 

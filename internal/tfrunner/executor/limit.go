@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // DefaultMaxConcurrent bounds the runs in progress of an executor without a Limiter.
@@ -54,14 +55,14 @@ func NewLimiter(budgets ...Budget) *Limiter {
 type Budget interface {
 	// Admit returns nil when req may start given what is in progress, or an *AdmissionError
 	// that says what it waits for.
-	Admit(ctx context.Context, req Request, load Load) error
+	Admit(ctx context.Context, req tfrunner.Request, load Load) error
 }
 
 // Spender is a Budget that a started run takes something from: Spend is called, under the
 // Limiter's lock, once every budget admitted a run, before the run is created (a run whose
 // creation fails has spent too).
 type Spender interface {
-	Spend(req Request)
+	Spend(req tfrunner.Request)
 }
 
 // Load is what an executor has in progress when a run asks to start.
@@ -99,7 +100,7 @@ type StartSteps struct {
 // Start starts the run req unless it exists: an existing run is not started again (Start is
 // idempotent), a new one only once every budget admits it. A refused run returns an
 // *AdmissionError (ErrBusy).
-func (l *Limiter) Start(ctx context.Context, req Request, steps StartSteps) error {
+func (l *Limiter) Start(ctx context.Context, req tfrunner.Request, steps StartSteps) error {
 	if admitted, err := l.admit(ctx, req, steps); !admitted || err != nil {
 		return err
 	}
@@ -112,7 +113,7 @@ func (l *Limiter) Start(ctx context.Context, req Request, steps StartSteps) erro
 
 // admit decides, under the lock, whether req is a new run every budget admits, and if so
 // spends its budgets and counts it as being created.
-func (l *Limiter) admit(ctx context.Context, req Request, steps StartSteps) (bool, error) {
+func (l *Limiter) admit(ctx context.Context, req tfrunner.Request, steps StartSteps) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.creating[req.Name]; ok {
@@ -163,7 +164,7 @@ func waitingForRunner(runs, bound int, why string) error {
 type MaxRuns int
 
 // Admit implements Budget.
-func (m MaxRuns) Admit(_ context.Context, _ Request, load Load) error {
+func (m MaxRuns) Admit(_ context.Context, _ tfrunner.Request, load Load) error {
 	if load.Runs < int(m) {
 		return nil
 	}
@@ -201,7 +202,7 @@ func (m MachineRuns) Max() int {
 }
 
 // Admit implements Budget.
-func (m MachineRuns) Admit(_ context.Context, _ Request, load Load) error {
+func (m MachineRuns) Admit(_ context.Context, _ tfrunner.Request, load Load) error {
 	if n := m.Max(); load.Runs >= n {
 		return waitingForRunner(load.Runs, n, m.String())
 	}
@@ -334,7 +335,7 @@ func RunnerSlots(nodes []*corev1.Node, pods []*corev1.Pod, p RunnerPlacement) Ru
 // isRunner tells a runner pod: it is managed by the fulfiller, in the runners' namespace, and
 // made by a Job.
 func isRunner(pod *corev1.Pod, namespace string) bool {
-	return pod.Namespace == namespace && pod.Labels[LabelManagedBy] == ManagedBy && pod.Labels[jobNameLabel] != ""
+	return pod.Namespace == namespace && pod.Labels[tfrunner.LabelManagedBy] == tfrunner.ManagedBy && pod.Labels[jobNameLabel] != ""
 }
 
 // mayRunRunners: the node is Ready and schedulable, not Karpenter's, matches the runners'
@@ -388,7 +389,7 @@ type ClusterRunners struct {
 }
 
 // Admit implements Budget.
-func (c *ClusterRunners) Admit(ctx context.Context, _ Request, load Load) error {
+func (c *ClusterRunners) Admit(ctx context.Context, _ tfrunner.Request, load Load) error {
 	nodes, pods, err := c.Observe(ctx)
 	if err != nil {
 		return fmt.Errorf("counting the cluster's runner capacity: %w", err)
@@ -441,7 +442,7 @@ type APIDemand struct {
 type APIBudgets struct {
 	Clock clock.PassiveClock
 	// Demands says what a run takes from which budgets (none: it is not limited).
-	Demands func(Request) []APIDemand
+	Demands func(tfrunner.Request) []APIDemand
 
 	mu   sync.Mutex
 	left map[string]*apiBucket
@@ -453,7 +454,7 @@ type apiBucket struct {
 }
 
 // NewAPIBudgets returns budgets with the demands of runs.
-func NewAPIBudgets(c clock.PassiveClock, demands func(Request) []APIDemand) *APIBudgets {
+func NewAPIBudgets(c clock.PassiveClock, demands func(tfrunner.Request) []APIDemand) *APIBudgets {
 	return &APIBudgets{Clock: c, Demands: demands}
 }
 
@@ -480,7 +481,7 @@ func (d APIDemand) rate() float64 { return float64(d.Limit) / d.Per.Seconds() }
 // need is what a run must find left: its estimate, but never more than the whole budget.
 func (d APIDemand) need() float64 { return float64(min(d.Requests, d.Limit)) }
 
-func (a *APIBudgets) demands(req Request) []APIDemand {
+func (a *APIBudgets) demands(req tfrunner.Request) []APIDemand {
 	if a.Demands == nil {
 		return nil
 	}
@@ -494,7 +495,7 @@ func (a *APIBudgets) demands(req Request) []APIDemand {
 }
 
 // Admit implements Budget.
-func (a *APIBudgets) Admit(_ context.Context, req Request, _ Load) error {
+func (a *APIBudgets) Admit(_ context.Context, req tfrunner.Request, _ Load) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.Clock.Now()
@@ -512,7 +513,7 @@ func (a *APIBudgets) Admit(_ context.Context, req Request, _ Load) error {
 }
 
 // Spend implements Spender.
-func (a *APIBudgets) Spend(req Request) {
+func (a *APIBudgets) Spend(req tfrunner.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.Clock.Now()

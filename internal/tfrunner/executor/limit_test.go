@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // memStore is a store of runs for the limiter: names started, and how many are in progress.
@@ -47,9 +48,11 @@ func (m *memStore) steps(name string) StartSteps {
 }
 
 // budgetFunc is a Budget of a function.
-type budgetFunc func(Request, Load) error
+type budgetFunc func(tfrunner.Request, Load) error
 
-func (f budgetFunc) Admit(_ context.Context, req Request, load Load) error { return f(req, load) }
+func (f budgetFunc) Admit(_ context.Context, req tfrunner.Request, load Load) error {
+	return f(req, load)
+}
 
 // TestLimiterAdmitsUpToItsBudgets: concurrent Starts never take more slots than there are; a
 // run that exists is never refused; a refusal names what the run waits for, and a further
@@ -63,7 +66,7 @@ func TestLimiterAdmitsUpToItsBudgets(t *testing.T) {
 	for i := range errs {
 		wg.Go(func() {
 			name := fmt.Sprintf("claim-%d-apply-1", i)
-			errs[i] = l.Start(ctx, Request{Name: name}, store.steps(name))
+			errs[i] = l.Start(ctx, tfrunner.Request{Name: name}, store.steps(name))
 		})
 	}
 	wg.Wait()
@@ -83,31 +86,31 @@ func TestLimiterAdmitsUpToItsBudgets(t *testing.T) {
 		t.Fatalf("admitted %d, started %d; want 3", admitted, len(store.started))
 	}
 	for name := range store.started {
-		if err := l.Start(ctx, Request{Name: name}, store.steps(name)); err != nil {
+		if err := l.Start(ctx, tfrunner.Request{Name: name}, store.steps(name)); err != nil {
 			t.Errorf("starting the existing run %s again while full: %v", name, err)
 		}
 	}
 
-	apiBudget := budgetFunc(func(req Request, _ Load) error {
-		if req.Operation == Destroy {
+	apiBudget := budgetFunc(func(req tfrunner.Request, _ Load) error {
+		if req.Operation == tfrunner.Destroy {
 			return nil
 		}
 		return &AdmissionError{Reason: "WaitingForAPIBudget", Message: "the family's API budget is used up"}
 	})
 	l = NewLimiter(MaxRuns(10), apiBudget)
-	err := l.Start(ctx, Request{Name: "claim-x-apply-1", Operation: Apply}, store.steps("claim-x-apply-1"))
+	err := l.Start(ctx, tfrunner.Request{Name: "claim-x-apply-1", Operation: tfrunner.Apply}, store.steps("claim-x-apply-1"))
 	var refused *AdmissionError
 	if !errors.As(err, &refused) || refused.Reason != "WaitingForAPIBudget" {
 		t.Errorf("start past the API budget: %v", err)
 	}
-	if err := l.Start(ctx, Request{Name: "claim-x-destroy-1", Operation: Destroy}, store.steps("claim-x-destroy-1")); err != nil {
+	if err := l.Start(ctx, tfrunner.Request{Name: "claim-x-destroy-1", Operation: tfrunner.Destroy}, store.steps("claim-x-destroy-1")); err != nil {
 		t.Errorf("a destroy the API budget admits: %v", err)
 	}
 
 	var zero Limiter
 	for i := range DefaultMaxConcurrent + 1 {
 		name := fmt.Sprintf("zero-%d-apply-1", i)
-		err := zero.Start(ctx, Request{Name: name}, (&memStore{started: map[string]bool{}}).steps(name))
+		err := zero.Start(ctx, tfrunner.Request{Name: name}, (&memStore{started: map[string]bool{}}).steps(name))
 		if err != nil {
 			t.Errorf("zero limiter: %v", err)
 		}
@@ -116,7 +119,7 @@ func TestLimiterAdmitsUpToItsBudgets(t *testing.T) {
 	for i := range DefaultMaxConcurrent {
 		full.started[fmt.Sprint(i)] = true
 	}
-	if err := zero.Start(ctx, Request{Name: "one-more"}, full.steps("one-more")); !errors.Is(err, ErrBusy) {
+	if err := zero.Start(ctx, tfrunner.Request{Name: "one-more"}, full.steps("one-more")); !errors.Is(err, ErrBusy) {
 		t.Errorf("zero limiter past DefaultMaxConcurrent: %v", err)
 	}
 }
@@ -127,9 +130,9 @@ type spendCount struct {
 	spent int
 }
 
-func (c *spendCount) Admit(context.Context, Request, Load) error { return nil }
+func (c *spendCount) Admit(context.Context, tfrunner.Request, Load) error { return nil }
 
-func (c *spendCount) Spend(Request) {
+func (c *spendCount) Spend(tfrunner.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.spent++
@@ -165,8 +168,8 @@ func TestLimiterCreatesOutsideItsLock(t *testing.T) {
 		return steps
 	}
 	errs := make(chan error, 2)
-	go func() { errs <- l.Start(ctx, Request{Name: "a-apply-1"}, slow("a-apply-1", false)) }()
-	go func() { errs <- l.Start(ctx, Request{Name: "b-apply-1"}, slow("b-apply-1", true)) }()
+	go func() { errs <- l.Start(ctx, tfrunner.Request{Name: "a-apply-1"}, slow("a-apply-1", false)) }()
+	go func() { errs <- l.Start(ctx, tfrunner.Request{Name: "b-apply-1"}, slow("b-apply-1", true)) }()
 	for range 2 {
 		select {
 		case <-underWay:
@@ -175,11 +178,11 @@ func TestLimiterCreatesOutsideItsLock(t *testing.T) {
 		}
 	}
 	// Both slots are taken by runs the store does not show yet.
-	if err := l.Start(ctx, Request{Name: "c-apply-1"}, store.steps("c-apply-1")); !errors.Is(err, ErrBusy) ||
+	if err := l.Start(ctx, tfrunner.Request{Name: "c-apply-1"}, store.steps("c-apply-1")); !errors.Is(err, ErrBusy) ||
 		err.Error() != "starting run c-apply-1: 2 of 2 tofu runs in progress (FULFILLER_MAX_CONCURRENT_RUNS): waiting for a runner" {
 		t.Errorf("a third run while two are being created: %v", err)
 	}
-	if err := l.Start(ctx, Request{Name: "a-apply-1"}, slow("a-apply-1", false)); err != nil {
+	if err := l.Start(ctx, tfrunner.Request{Name: "a-apply-1"}, slow("a-apply-1", false)); err != nil {
 		t.Errorf("starting a run that is being created: %v", err)
 	}
 	if spent.spent != 2 {
@@ -196,7 +199,7 @@ func TestLimiterCreatesOutsideItsLock(t *testing.T) {
 		t.Errorf("%d failed, creates %v; want 1 failed, each created once", failed, creates)
 	}
 	// The failed creation gave its slot back.
-	if err := l.Start(ctx, Request{Name: "c-apply-1"}, store.steps("c-apply-1")); err != nil {
+	if err := l.Start(ctx, tfrunner.Request{Name: "c-apply-1"}, store.steps("c-apply-1")); err != nil {
 		t.Errorf("a run after a failed creation: %v", err)
 	}
 }
@@ -221,10 +224,10 @@ func TestMachineRuns(t *testing.T) {
 			if got := c.m.Max(); got != c.max {
 				t.Fatalf("max %d, want %d", got, c.max)
 			}
-			if err := c.m.Admit(context.Background(), Request{}, Load{Runs: c.max - 1}); err != nil {
+			if err := c.m.Admit(context.Background(), tfrunner.Request{}, Load{Runs: c.max - 1}); err != nil {
 				t.Errorf("below the bound: %v", err)
 			}
-			err := c.m.Admit(context.Background(), Request{}, Load{Runs: c.max})
+			err := c.m.Admit(context.Background(), tfrunner.Request{}, Load{Runs: c.max})
 			var refused *AdmissionError
 			if !errors.As(err, &refused) || refused.Reason != v1alpha1.ReasonWaitingForRunner || refused.Message != c.reason {
 				t.Errorf("at the bound: %v", err)
@@ -292,7 +295,7 @@ func pod(namespace, name, nodeName, cpu, memory string, lbls map[string]string) 
 // TestRunnerSlots: runner pods fit on the nodes they may run on, in what other pods leave.
 func TestRunnerSlots(t *testing.T) {
 	runner := RunnerPlacement{Namespace: "fulfiller", Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")}}
-	runnerLabels := map[string]string{LabelManagedBy: ManagedBy, jobNameLabel: "sim-a-apply-1"}
+	runnerLabels := map[string]string{tfrunner.LabelManagedBy: tfrunner.ManagedBy, jobNameLabel: "sim-a-apply-1"}
 	tainted := func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
 	}
@@ -355,27 +358,27 @@ func TestRunnerSlots(t *testing.T) {
 func TestClusterRunnersFollowTheNodes(t *testing.T) {
 	nodes := []*corev1.Node{node("a", "200m", "4Gi")}
 	c := &ClusterRunners{
-		Placement: (&JobExecutor{Namespace: "fulfiller"}).Placement(),
+		Placement: (&Job{Namespace: "fulfiller"}).Placement(),
 		Observe:   func(context.Context) ([]*corev1.Node, []*corev1.Pod, error) { return nodes, nil, nil },
 	}
 	ctx := context.Background()
-	if err := c.Admit(ctx, Request{}, Load{Runs: 1}); err != nil {
+	if err := c.Admit(ctx, tfrunner.Request{}, Load{Runs: 1}); err != nil {
 		t.Fatalf("second of two slots: %v", err)
 	}
-	err := c.Admit(ctx, Request{}, Load{Runs: 2})
+	err := c.Admit(ctx, tfrunner.Request{}, Load{Runs: 2})
 	var refused *AdmissionError
 	if !errors.As(err, &refused) || refused.Reason != v1alpha1.ReasonWaitingForRunner ||
 		refused.Message != "2 of 2 tofu runs in progress (the cluster's capacity for runner pods of 100m CPU, 256Mi memory: 1 nodes may run them): waiting for a runner" {
 		t.Fatalf("full: %v", err)
 	}
 	nodes = append(nodes, node("b", "1", "4Gi"))
-	if err := c.Admit(ctx, Request{}, Load{Runs: 2}); err != nil {
+	if err := c.Admit(ctx, tfrunner.Request{}, Load{Runs: 2}); err != nil {
 		t.Errorf("after a node joined: %v", err)
 	}
 	c.Observe = func(context.Context) ([]*corev1.Node, []*corev1.Pod, error) {
 		return nil, nil, errors.New("cache not synced")
 	}
-	if err := c.Admit(ctx, Request{}, Load{}); err == nil || errors.Is(err, ErrBusy) {
+	if err := c.Admit(ctx, tfrunner.Request{}, Load{}); err == nil || errors.Is(err, ErrBusy) {
 		t.Errorf("unobservable cluster: %v", err)
 	}
 }
@@ -384,10 +387,10 @@ func TestClusterRunnersFollowTheNodes(t *testing.T) {
 // only by runs that start, refills at the cloud's rate, and is shared by runs that name it.
 func TestAPIBudgets(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
-	demand := func(req Request) []APIDemand {
+	demand := func(req tfrunner.Request) []APIDemand {
 		switch req.Family {
 		case "cloud":
-			return []APIDemand{{Budget: "project " + req.Env["TOKEN"], Limit: 3600, Per: time.Hour, Requests: map[Operation]int{Apply: 1000, Destroy: 500}[req.Operation]}}
+			return []APIDemand{{Budget: "project " + req.Env["TOKEN"], Limit: 3600, Per: time.Hour, Requests: map[tfrunner.Operation]int{tfrunner.Apply: 1000, tfrunner.Destroy: 500}[req.Operation]}}
 		case "huge":
 			return []APIDemand{{Budget: "huge", Limit: 10, Per: time.Hour, Requests: 50}}
 		}
@@ -397,60 +400,60 @@ func TestAPIBudgets(t *testing.T) {
 	store := &memStore{started: map[string]bool{}}
 	l := NewLimiter(budgets)
 	ctx := context.Background()
-	req := func(name, family, token string, op Operation) Request {
-		return Request{Name: name, Family: family, Operation: op, Env: map[string]string{"TOKEN": token}}
+	req := func(name, family, token string, op tfrunner.Operation) tfrunner.Request {
+		return tfrunner.Request{Name: name, Family: family, Operation: op, Env: map[string]string{"TOKEN": token}}
 	}
-	start := func(r Request) error { return l.Start(ctx, r, store.steps(r.Name)) }
+	start := func(r tfrunner.Request) error { return l.Start(ctx, r, store.steps(r.Name)) }
 	for i := range 3 {
-		if err := start(req(fmt.Sprintf("a-%d-apply-1", i), "cloud", "one", Apply)); err != nil {
+		if err := start(req(fmt.Sprintf("a-%d-apply-1", i), "cloud", "one", tfrunner.Apply)); err != nil {
 			t.Fatalf("apply %d of a full budget: %v", i, err)
 		}
 	}
-	err := start(req("a-3-apply-1", "cloud", "one", Apply))
+	err := start(req("a-3-apply-1", "cloud", "one", tfrunner.Apply))
 	var refused *AdmissionError
 	if !errors.As(err, &refused) || !errors.Is(err, ErrBusy) || refused.Reason != v1alpha1.ReasonWaitingForAPIBudget || refused.RetryAfter != 400*time.Second ||
 		refused.Message != "project one allows 3600 API requests per hour; 600 are left for runs, and one apply makes about 1000: enough again in 6m40s" {
 		t.Fatalf("past the budget: %v (%+v)", err, refused)
 	}
-	if err := start(req("a-0-destroy-1", "cloud", "one", Destroy)); err != nil {
+	if err := start(req("a-0-destroy-1", "cloud", "one", tfrunner.Destroy)); err != nil {
 		t.Errorf("a destroy within what is left: %v", err)
 	}
-	if err := start(req("b-0-apply-1", "cloud", "two", Apply)); err != nil {
+	if err := start(req("b-0-apply-1", "cloud", "two", tfrunner.Apply)); err != nil {
 		t.Errorf("another project's budget: %v", err)
 	}
-	if err := start(req("c-0-apply-1", "", "", Apply)); err != nil {
+	if err := start(req("c-0-apply-1", "", "", tfrunner.Apply)); err != nil {
 		t.Errorf("a run without demands: %v", err)
 	}
 	clk.Step(899 * time.Second) // 100 + 899 left
-	if err := start(req("a-3-apply-1", "cloud", "one", Apply)); !errors.Is(err, ErrBusy) {
+	if err := start(req("a-3-apply-1", "cloud", "one", tfrunner.Apply)); !errors.Is(err, ErrBusy) {
 		t.Errorf("one request short: %v", err)
 	}
 	clk.Step(time.Second)
-	if err := start(req("a-3-apply-1", "cloud", "one", Apply)); err != nil {
+	if err := start(req("a-3-apply-1", "cloud", "one", tfrunner.Apply)); err != nil {
 		t.Errorf("refilled: %v", err)
 	}
-	if err := start(req("a-3-apply-1", "cloud", "one", Apply)); err != nil {
+	if err := start(req("a-3-apply-1", "cloud", "one", tfrunner.Apply)); err != nil {
 		t.Errorf("an existing run is not admitted again: %v", err)
 	}
 
 	// A run another budget refuses spends nothing.
 	l = NewLimiter(budgets, MaxRuns(0))
 	clk.Step(time.Hour)
-	if err := l.Start(ctx, req("b-1-apply-1", "cloud", "two", Apply), store.steps("b-1-apply-1")); !errors.Is(err, ErrBusy) {
+	if err := l.Start(ctx, req("b-1-apply-1", "cloud", "two", tfrunner.Apply), store.steps("b-1-apply-1")); !errors.Is(err, ErrBusy) {
 		t.Fatalf("refused by the cap: %v", err)
 	}
 	l = NewLimiter(budgets)
 	for i := range 3 {
 		name := fmt.Sprintf("b-%d-apply-2", i)
-		if err := l.Start(ctx, req(name, "cloud", "two", Apply), store.steps(name)); err != nil {
+		if err := l.Start(ctx, req(name, "cloud", "two", tfrunner.Apply), store.steps(name)); err != nil {
 			t.Errorf("apply %d after a refusal elsewhere: %v", i, err)
 		}
 	}
 	// A run that needs more than the whole budget waits for it to be full.
-	if err := start(req("h-0-apply-1", "huge", "", Apply)); err != nil {
+	if err := start(req("h-0-apply-1", "huge", "", tfrunner.Apply)); err != nil {
 		t.Errorf("an estimate above the limit, full budget: %v", err)
 	}
-	if err := start(req("h-1-apply-1", "huge", "", Apply)); !errors.Is(err, ErrBusy) {
+	if err := start(req("h-1-apply-1", "huge", "", tfrunner.Apply)); !errors.Is(err, ErrBusy) {
 		t.Errorf("an estimate above the limit, empty budget: %v", err)
 	}
 }

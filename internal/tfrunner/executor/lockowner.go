@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // LockOwner is what a state lock records about whoever took it (OpenTofu's LockInfo).
@@ -51,8 +52,8 @@ type LockAttributor interface {
 }
 
 var (
-	_ LockAttributor = (*LocalExecutor)(nil)
-	_ LockAttributor = (*JobExecutor)(nil)
+	_ LockAttributor = (*Local)(nil)
+	_ LockAttributor = (*Job)(nil)
 )
 
 // AttributeLock implements LockAttributor for runner pods: tofu records its hostname, and a
@@ -61,12 +62,12 @@ var (
 // hostname is its pod's name, is attributed by the pod's batch.kubernetes.io/job-name label
 // while the pod exists. A runner is gone when no pod of its Job's name is left that has not
 // terminated (the container runtime kills whatever a container left behind).
-func (e *JobExecutor) AttributeLock(ctx context.Context, owner LockOwner, runs []string) (Attribution, error) {
+func (e *Job) AttributeLock(ctx context.Context, owner LockOwner, runs []string) (Attribution, error) {
 	host := owner.Host()
 	run := ""
 	if slices.Contains(runs, host) {
 		run = host
-	} else if validateName(host) == nil {
+	} else if tfrunner.ValidateName(host) == nil {
 		pod, err := e.Client.CoreV1().Pods(e.Namespace).Get(ctx, host, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -103,13 +104,13 @@ func (e *JobExecutor) AttributeLock(ctx context.Context, owner LockOwner, runs [
 // hostname, and a run took the lock when it was taken while the run went on (between its
 // pid file and its last write). A runner is gone when no process of its session is left
 // (tofu under a killed runner would still hold the lock).
-func (e *LocalExecutor) AttributeLock(_ context.Context, owner LockOwner, runs []string) (Attribution, error) {
+func (e *Local) AttributeLock(_ context.Context, owner LockOwner, runs []string) (Attribution, error) {
 	self, err := os.Hostname()
 	if err != nil || owner.Host() != self {
 		return Attribution{}, nil
 	}
 	for _, run := range runs {
-		if validateName(run) != nil {
+		if tfrunner.ValidateName(run) != nil {
 			continue
 		}
 		dir := e.runDir(run)
@@ -141,7 +142,7 @@ func (e *LocalExecutor) AttributeLock(_ context.Context, owner LockOwner, runs [
 // lastWrite is the newest modification time of a run folder's own files.
 func lastWrite(dir string) (time.Time, error) {
 	var newest time.Time
-	for _, name := range []string{PIDFileName, LogFileName, ResultFileName} {
+	for _, name := range []string{PIDFileName, LogFileName, tfrunner.ResultFileName} {
 		info, err := os.Stat(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

@@ -1,4 +1,4 @@
-package robot
+package robotrules
 
 import (
 	"strings"
@@ -57,3 +57,19 @@ func ReasonOf(text string) (string, bool) {
 	}
 	return reason, true
 }
+
+// Reasons the command prints ahead of its error, which Rules classifies (`fulfiller robot`, internal/providers/robot).
+const (
+	ReasonInvalidCredentials = "InvalidCredentials"
+	ReasonServerNotFound     = "ServerNotFound"
+	ReasonRateLimited        = "RateLimited"
+	ReasonHostKeyMismatch    = "HostKeyMismatch"
+	ReasonNotStandby         = "NotInStandby"
+	ReasonInstallFailed      = "InstallFailed"
+	ReasonRescueUnreachable  = "RescueUnreachable"
+	ReasonBootNotAvailable   = "RescueNotAvailable"
+	ReasonResetNotAvailable  = "ResetNotAvailable"
+	ReasonInvalidInput       = "InvalidInput"
+	ReasonInventory          = "InventoryChanged"
+	ReasonFailed             = "ActivationFailed"
+)

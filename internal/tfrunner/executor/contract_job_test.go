@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // runnerNodeLabel keeps runner pods on the stand-in kubelet's node.
@@ -110,8 +111,8 @@ func startJobCluster(t *testing.T) *jobCluster {
 	return c
 }
 
-func (c *jobCluster) executor() *JobExecutor {
-	return &JobExecutor{
+func (c *jobCluster) executor() *Job {
+	return &Job{
 		Client:             c.client,
 		Namespace:          c.namespace,
 		Image:              "fulfiller:test",
@@ -185,14 +186,14 @@ func testJobCredentials(t *testing.T, c *jobCluster) {
 	e.EnvFromSecrets = []string{"cloud-credentials"}
 	record := t.TempDir()
 	req := nodeRequest(t, "creds-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"record_dir": record})
-	req.Labels = map[string]string{LabelNodeClaim: "creds"}
+	req.Labels = map[string]string{tfrunner.LabelNodeClaim: "creds"}
 	if err := e.Start(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	if st := waitDone(t, e, req.Name); st.Phase != RunSucceeded {
 		t.Fatalf("status: %+v %+v", st, st.Result)
 	}
-	if env := readFile(t, filepath.Join(record, "env")); !strings.Contains(env, "HCLOUD_TOKEN="+token+"\n") {
+	if env := testenv.ReadFile(t, filepath.Join(record, "env")); !strings.Contains(env, "HCLOUD_TOKEN="+token+"\n") {
 		t.Errorf("the provisioner's environment has no HCLOUD_TOKEN:\n%s", env)
 	}
 	job, err := c.client.BatchV1().Jobs(c.namespace).Get(ctx, req.Name, metav1.GetOptions{})
@@ -200,7 +201,7 @@ func testJobCredentials(t *testing.T, c *jobCluster) {
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(job)
-	if strings.Contains(string(data), token) || job.Labels[LabelNodeClaim] != "creds" {
+	if strings.Contains(string(data), token) || job.Labels[tfrunner.LabelNodeClaim] != "creds" {
 		t.Errorf("job %s", data)
 	}
 }
@@ -214,7 +215,7 @@ func testJobObjects(t *testing.T, c *jobCluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Labels[LabelOperation] != "apply" || job.Labels[LabelManagedBy] != ManagedBy ||
+	if job.Labels[tfrunner.LabelOperation] != "apply" || job.Labels[tfrunner.LabelManagedBy] != tfrunner.ManagedBy ||
 		*job.Spec.BackoffLimit != 0 || *job.Spec.TTLSecondsAfterFinished != 3600 || *job.Spec.ActiveDeadlineSeconds != 1800 ||
 		*job.Spec.Template.Spec.TerminationGracePeriodSeconds != 20 {
 		t.Errorf("job: labels %v, spec %+v", job.Labels, job.Spec)
@@ -277,12 +278,12 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 	e := c.executor()
 	e.Backstop = 3 * time.Second
 	e.Limiter = NewLimiter(MaxRuns(1))
-	eventually(t, 30*time.Second, "the contract's Jobs to finish", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the contract's Jobs to finish", func() bool {
 		names, err := e.inProgress(ctx)
 		return err == nil && len(names) == 0
 	})
 	req := nodeRequest(t, "deadline-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"sleep_seconds": "60"})
-	req.Labels = map[string]string{LabelNodeClaim: "deadline", LabelNodeClaimUID: "uid-deadline"}
+	req.Labels = map[string]string{tfrunner.LabelNodeClaim: "deadline", tfrunner.LabelNodeClaimUID: "uid-deadline"}
 	if err := e.Start(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -298,11 +299,11 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 	if owners := secret.OwnerReferences; len(owners) != 1 || owners[0].UID != job.UID {
 		t.Errorf("secret owners: %+v", owners)
 	}
-	if !strings.Contains(string(secret.Data[RequestFileName]), "abcdef.0123456789abcdef-SECRET") {
+	if !strings.Contains(string(secret.Data[tfrunner.RequestFileName]), "abcdef.0123456789abcdef-SECRET") {
 		t.Errorf("the request Secret does not hold the user data")
 	}
 	for _, labels := range []map[string]string{job.Labels, job.Spec.Template.Labels, secret.Labels} {
-		if labels[LabelNodeClaimUID] != "uid-deadline" || labels[LabelNodeClaim] != "deadline" {
+		if labels[tfrunner.LabelNodeClaimUID] != "uid-deadline" || labels[tfrunner.LabelNodeClaim] != "deadline" {
 			t.Errorf("labels %v", labels)
 		}
 	}
@@ -311,7 +312,7 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 		t.Errorf("start beyond MaxConcurrent: %v, want ErrBusy", err)
 	}
 	st := waitDone(t, e, req.Name)
-	if st.Phase != RunFailed || st.Result.Error == nil || st.Result.Error.Class != Timeout {
+	if st.Phase != RunFailed || st.Result.Error == nil || st.Result.Error.Class != tfrunner.Timeout {
 		t.Errorf("status: %+v %+v", st, st.Result)
 	}
 }

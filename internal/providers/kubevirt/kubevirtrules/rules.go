@@ -1,4 +1,4 @@
-package kubevirt
+package kubevirtrules
 
 import (
 	"strings"

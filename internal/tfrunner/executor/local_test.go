@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"context"
@@ -6,21 +6,25 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // testExecutor runs this test binary as the runner (TestMain turns it into Main).
-func testExecutor(t *testing.T, dir string) *LocalExecutor {
+func testExecutor(t *testing.T, dir string) *Local {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &LocalExecutor{Dir: dir, Command: []string{exe}, Env: []string{mainEnv + "=1"}, Grace: 20 * time.Second, Limiter: NewLimiter(MaxRuns(1))}
+	e := &Local{Dir: dir, Command: []string{exe}, Env: []string{mainEnv + "=1"}, Grace: 20 * time.Second, Limiter: NewLimiter(MaxRuns(1))}
 	return e
 }
 
@@ -65,7 +69,7 @@ func TestLocalExecutorRunSucceeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	runDir := filepath.Join(dir, req.Name)
-	pid := readFile(t, filepath.Join(runDir, PIDFileName))
+	pid := testenv.ReadFile(t, filepath.Join(runDir, PIDFileName))
 	st, err := e.Status(ctx, req.Name, "")
 	if err != nil || st.Phase != RunRunning || st.Result != nil {
 		t.Fatalf("status after start: %+v, %v", st, err)
@@ -74,10 +78,10 @@ func TestLocalExecutorRunSucceeds(t *testing.T) {
 	if err := e.Start(ctx, req); err != nil {
 		t.Fatalf("second start: %v", err)
 	}
-	if again := readFile(t, filepath.Join(runDir, PIDFileName)); again != pid {
+	if again := testenv.ReadFile(t, filepath.Join(runDir, PIDFileName)); again != pid {
 		t.Errorf("pid changed from %s to %s", pid, again)
 	}
-	reqPath := filepath.Join(runDir, RequestFileName)
+	reqPath := filepath.Join(runDir, tfrunner.RequestFileName)
 	if n := runners(t, reqPath); n != 1 {
 		t.Errorf("%d runners, want 1", n)
 	}
@@ -85,12 +89,12 @@ func TestLocalExecutorRunSucceeds(t *testing.T) {
 		t.Errorf("request file: %v, %v", info, err)
 	}
 
-	eventually(t, 40*time.Second, "the run to finish", func() bool {
+	testenv.Eventually(t, 40*time.Second, "the run to finish", func() bool {
 		st, err = e.Status(ctx, req.Name, "")
 		return err != nil || st.Phase != RunRunning
 	})
 	if err != nil || st.Phase != RunSucceeded || st.Result == nil {
-		t.Fatalf("status: %+v, %v\n%s", st, err, readFile(t, st.LogPath))
+		t.Fatalf("status: %+v, %v\n%s", st, err, testenv.ReadFile(t, st.LogPath))
 	}
 	if !strings.HasPrefix(st.Result.ProviderID, "sim://node-e-apply-1/") || len(st.Result.Outputs) == 0 {
 		t.Errorf("result: %+v", st.Result)
@@ -98,7 +102,7 @@ func TestLocalExecutorRunSucceeds(t *testing.T) {
 	if st.LogPath != filepath.Join(runDir, LogFileName) || st.StartTime.IsZero() {
 		t.Errorf("status: %+v", st)
 	}
-	log := readFile(t, st.LogPath)
+	log := testenv.ReadFile(t, st.LogPath)
 	if !strings.Contains(log, `"type":"apply_complete"`) || !strings.Contains(log, "apply of run node-e-apply-1 succeeded") {
 		t.Errorf("run log:\n%s", log)
 	}
@@ -119,7 +123,7 @@ func TestLocalExecutorAdoptsAndCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, req.Name, LogFileName)
-	eventually(t, 30*time.Second, "the run to provision", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the run to provision", func() bool {
 		data, _ := os.ReadFile(logPath)
 		return provisioning(string(data))
 	})
@@ -147,8 +151,8 @@ func TestLocalExecutorAdoptsAndCancels(t *testing.T) {
 	}
 	waitEnded(t, second, req.Name)
 	st, err = second.Status(ctx, req.Name, "")
-	if err != nil || st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != Cancelled {
-		t.Fatalf("status after cancel: %+v, %v\n%s", st, err, readFile(t, logPath))
+	if err != nil || st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != tfrunner.Cancelled {
+		t.Fatalf("status after cancel: %+v, %v\n%s", st, err, testenv.ReadFile(t, logPath))
 	}
 	if err := second.Cancel(ctx, req.Name, ""); err != nil {
 		t.Errorf("cancelling a finished run: %v", err)
@@ -179,15 +183,15 @@ func TestLocalExecutorLostRuns(t *testing.T) {
 	if err := os.MkdirAll(lost, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteRequest(filepath.Join(lost, RequestFileName), Request{Name: "lost-apply-1", Operation: Apply}); err != nil {
+	if err := tfrunner.WriteRequest(filepath.Join(lost, tfrunner.RequestFileName), tfrunner.Request{Name: "lost-apply-1", Operation: tfrunner.Apply}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(lost, PIDFileName), []byte(strconv.Itoa(dead.Process.Pid)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	st, err := e.Status(ctx, "lost-apply-1", "")
-	if err != nil || st.Phase != RunFailed || st.Result.Error.Class != Unknown ||
-		st.Result.Error.Message != "runner exited without a result" || st.Result.Operation != Apply {
+	if err != nil || st.Phase != RunFailed || st.Result.Error.Class != tfrunner.Unknown ||
+		st.Result.Error.Message != "runner exited without a result" || st.Result.Operation != tfrunner.Apply {
 		t.Errorf("lost run: %+v %+v, %v", st, st.Result, err)
 	}
 	if err := e.Cancel(ctx, "lost-apply-1", ""); err != nil {
@@ -211,21 +215,6 @@ func TestLocalExecutorLostRuns(t *testing.T) {
 	}
 }
 
-func TestMainWritesResult(t *testing.T) {
-	var stdout, stderr strings.Builder
-	if code := runMain(nil, nil, &stdout, &stderr); code != 2 {
-		t.Errorf("no arguments: exit %d", code)
-	}
-	dir := t.TempDir()
-	if code := runMain([]string{"--request", filepath.Join(dir, RequestFileName)}, nil, &stdout, &stderr); code != 1 {
-		t.Errorf("missing request: exit %d", code)
-	}
-	res, err := ReadResult(filepath.Join(dir, ResultFileName))
-	if err != nil || res.Succeeded || res.Error == nil || !strings.HasPrefix(res.Error.Message, "reading request") {
-		t.Errorf("result: %+v, %v", res, err)
-	}
-}
-
 // A run's runner and every process it starts get the executor's niceness, whether they
 // started before the executor set it or after; when the runner ends, OnEnd hears of it, and
 // until then Status says so (EndReported).
@@ -237,10 +226,10 @@ func TestLocalExecutorRunsNice(t *testing.T) {
 	// its own niceness (field 19 of /proc/self/stat), and ends when the test says.
 	script := `while [ ! -e go ]; do sleep 0.05; done; cut -d' ' -f19 /proc/self/stat > nice.tmp && mv nice.tmp nice; while [ ! -e done ]; do sleep 0.05; done`
 	ended := make(chan string, 1)
-	e := &LocalExecutor{Dir: dir, Command: []string{"sh", "-c", script, "sh"}, Limiter: NewLimiter(MaxRuns(1)), Nice: 7,
-		OnEnd: func(name string, labels map[string]string) { ended <- name + " " + labels[LabelNodeClaim] }}
+	e := &Local{Dir: dir, Command: []string{"sh", "-c", script, "sh"}, Limiter: NewLimiter(MaxRuns(1)), Nice: 7,
+		OnEnd: func(name string, labels map[string]string) { ended <- name + " " + labels[tfrunner.LabelNodeClaim] }}
 	req := nodeRequest(t, "node-n-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
-	req.Labels = map[string]string{LabelNodeClaim: "node-n"}
+	req.Labels = map[string]string{tfrunner.LabelNodeClaim: "node-n"}
 	if err := e.Start(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +256,7 @@ func TestLocalExecutorRunsNice(t *testing.T) {
 	if st, err := e.Status(context.Background(), req.Name, ""); err != nil || st.Phase != RunRunning || !st.EndReported {
 		t.Errorf("status of a run it reaps: %+v, %v; want Running with its end reported", st, err)
 	}
-	adopter := &LocalExecutor{Dir: dir, Command: e.Command, Limiter: NewLimiter(MaxRuns(1)), OnEnd: e.OnEnd}
+	adopter := &Local{Dir: dir, Command: e.Command, Limiter: NewLimiter(MaxRuns(1)), OnEnd: e.OnEnd}
 	if st, err := adopter.Status(context.Background(), req.Name, ""); err != nil || st.Phase != RunRunning || st.EndReported {
 		t.Errorf("status of an adopted run: %+v, %v; want Running, its end not reported", st, err)
 	}
@@ -281,5 +270,36 @@ func TestLocalExecutorRunsNice(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("OnEnd was not called when the runner ended")
+	}
+}
+
+// The local executor starts the runner binary when it lies beside its own binary, an
+// executable file; else its own binary's `run`. Provisioners get its own binary either way.
+func TestRunnerBeside(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "fulfiller-dev")
+	runner := filepath.Join(dir, RunnerBinary)
+	env := []string{"FULFILLER_BINARY=" + exe}
+	for _, tc := range []struct {
+		name   string
+		runner os.FileMode // 0: none
+		want   []string
+	}{
+		{name: "no runner binary", want: []string{exe, "run"}},
+		{name: "not executable", runner: 0o644, want: []string{exe, "run"}},
+		{name: "runner binary", runner: 0o755, want: []string{runner}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = os.Remove(runner)
+			if tc.runner != 0 {
+				if err := os.WriteFile(runner, nil, tc.runner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			command, gotEnv := runnerBeside(exe)
+			if !slices.Equal(command, tc.want) || !slices.Equal(gotEnv, env) {
+				t.Errorf("runnerBeside = %q, %q; want %q, %q", command, gotEnv, tc.want, env)
+			}
+		})
 	}
 }

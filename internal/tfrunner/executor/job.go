@@ -1,14 +1,11 @@
-package tfrunner
+package executor
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"sort"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -20,38 +17,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
-
-// Labels on runner Jobs, their pods and their request Secrets.
-const (
-	// LabelNodeClaim names the claim a run is for; callers set it through Request.Labels.
-	LabelNodeClaim = "karpenter.sh/nodeclaim"
-	// LabelNodeClaimUID is the UID of the claim a run is for (through Request.Labels): a run
-	// of the same name made for an earlier claim of the same name is not adopted.
-	LabelNodeClaimUID = "fulfiller.sh/nodeclaim-uid"
-	// LabelOperation is the run's operation (apply or destroy).
-	LabelOperation = "fulfiller.sh/operation"
-	// LabelManagedBy marks what the fulfiller created; the Job executor counts its runs by it.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// ManagedBy is LabelManagedBy's value.
-	ManagedBy = "fulfiller"
-)
-
-// TofuEnvPrefix marks runner environment variables that are passed on to tofu without the
-// prefix. A runner Job gets the keys of JobExecutor.EnvFromSecrets this way, so credentials
-// reach tofu and its provisioners without appearing in the Job or the request.
-const TofuEnvPrefix = "FULFILLER_TOFU_ENV_"
 
 // Paths inside a runner container.
 const (
-	// TerminationLogPath is the runner container's termination message file: the runner
-	// writes its result there (compact, at most MaxTerminationMessage bytes), and the
-	// controller reads it from the pod's status instead of parsing logs.
-	TerminationLogPath = "/dev/termination-log"
-	// MaxTerminationMessage is what a kubelet keeps of a termination message.
-	MaxTerminationMessage = 4096
-
 	jobRequestDir   = "/run/request" // the request Secret, read-only
 	jobWorkDir      = "/work"        // an emptyDir: the run's Request.WorkDir
 	jobTmpDir       = "/tmp"         // an emptyDir: the root filesystem is read-only
@@ -65,7 +35,7 @@ const (
 	controllerUIDLabel = "batch.kubernetes.io/controller-uid"
 )
 
-// Defaults of JobExecutor.
+// Defaults of Job.
 const (
 	DefaultJobDeadline      = 30 * time.Minute
 	DefaultTTLAfterFinished = time.Hour
@@ -73,7 +43,7 @@ const (
 	DefaultRunnerUser = 65532
 )
 
-// JobExecutor runs each run as a Kubernetes Job in Namespace, named after the run, running
+// Job runs each run as a Kubernetes Job in Namespace, named after the run, running
 // `<Command> --request /run/request/request.json --work-dir /work --termination-log
 // /dev/termination-log` in Image. The request (which holds the claim's user data) is only in a
 // Secret of the same name, owned by the Job and mounted read-only; the Job's spec holds no
@@ -83,10 +53,10 @@ const (
 // The Job has no retries (backoffLimit 0: the controller decides), a deadline per operation,
 // a grace period longer than tofu's interrupt grace, and stays for TTLAfterFinished once done
 // so its log can be read. All state is in the API server, so a restarted controller finds its
-// runs with a new JobExecutor. Runs start through Limiter, which counts the active Jobs
+// runs with a new Job. Runs start through Limiter, which counts the active Jobs
 // labelled managed-by fulfiller in Namespace; Start returns an *AdmissionError (ErrBusy) when
 // it refuses one.
-type JobExecutor struct {
+type Job struct {
 	Client    kubernetes.Interface
 	Namespace string
 	// Image is the controller's image (tofu and the modules baked in).
@@ -127,26 +97,26 @@ type JobExecutor struct {
 	ownLimiter Limiter
 }
 
-func (e *JobExecutor) limiter() *Limiter {
+func (e *Job) limiter() *Limiter {
 	if e.Limiter != nil {
 		return e.Limiter
 	}
 	return &e.ownLimiter
 }
 
-var _ Executor = (*JobExecutor)(nil)
+var _ Executor = (*Job)(nil)
 
-func (e *JobExecutor) grace() time.Duration {
+func (e *Job) grace() time.Duration {
 	if e.Grace > 0 {
 		return e.Grace
 	}
-	return TofuInterruptGrace + 30*time.Second
+	return tfrunner.TofuInterruptGrace + 30*time.Second
 }
 
 // deadline is the Job's activeDeadlineSeconds: the request's deadline (which the runner
 // enforces by interrupting tofu) plus the grace period, so that the runner's own ending comes
 // first; Backstop for a request without one.
-func (e *JobExecutor) deadline(req Request) time.Duration {
+func (e *Job) deadline(req tfrunner.Request) time.Duration {
 	if req.Deadline > 0 {
 		return req.Deadline + e.grace()
 	}
@@ -159,7 +129,7 @@ func (e *JobExecutor) deadline(req Request) time.Duration {
 // Start implements Executor. Request.WorkDir is replaced by the Job's working folder; a
 // runner pod has no module cache (Request.CacheDir): it would start empty in every pod, and
 // filling it costs more than the one run it would serve.
-func (e *JobExecutor) Start(ctx context.Context, req Request) error {
+func (e *Job) Start(ctx context.Context, req tfrunner.Request) error {
 	req.WorkDir, req.CacheDir = jobWorkDir, ""
 	if err := req.Validate(); err != nil {
 		return err
@@ -174,7 +144,7 @@ func (e *JobExecutor) Start(ctx context.Context, req Request) error {
 			case err != nil:
 				return false, fmt.Errorf("reading Job %s: %w", req.Name, err)
 			}
-			if err := CheckOwner(req.Name, job.Labels, req.Labels[LabelNodeClaimUID]); err != nil {
+			if err := CheckOwner(req.Name, job.Labels, req.Labels[tfrunner.LabelNodeClaimUID]); err != nil {
 				return true, err
 			}
 			if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
@@ -188,7 +158,7 @@ func (e *JobExecutor) Start(ctx context.Context, req Request) error {
 }
 
 // create creates the run's Job and its request Secret.
-func (e *JobExecutor) create(ctx context.Context, req Request) error {
+func (e *Job) create(ctx context.Context, req tfrunner.Request) error {
 	jobs := e.Client.BatchV1().Jobs(e.Namespace)
 	job, err := jobs.Create(ctx, e.job(req), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -202,7 +172,7 @@ func (e *JobExecutor) create(ctx context.Context, req Request) error {
 
 // ensureSecret creates the request Secret, owned by the Job so that it goes with it. The pod
 // waits for it (as a kubelet waits for a missing Secret volume).
-func (e *JobExecutor) ensureSecret(ctx context.Context, job *batchv1.Job, req Request) error {
+func (e *Job) ensureSecret(ctx context.Context, job *batchv1.Job, req tfrunner.Request) error {
 	data, err := json.MarshalIndent(req, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding request %s: %w", req.Name, err)
@@ -216,7 +186,7 @@ func (e *JobExecutor) ensureSecret(ctx context.Context, job *batchv1.Job, req Re
 			}},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{RequestFileName: data},
+		Data: map[string][]byte{tfrunner.RequestFileName: data},
 	}
 	_, err = e.Client.CoreV1().Secrets(e.Namespace).Create(ctx, secret, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -226,9 +196,9 @@ func (e *JobExecutor) ensureSecret(ctx context.Context, job *batchv1.Job, req Re
 }
 
 // inProgress are the executor's Jobs that have not finished, by name.
-func (e *JobExecutor) inProgress(ctx context.Context) (map[string]bool, error) {
+func (e *Job) inProgress(ctx context.Context) (map[string]bool, error) {
 	list, err := e.Client.BatchV1().Jobs(e.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{tfrunner.LabelManagedBy: tfrunner.ManagedBy}).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing runner Jobs: %w", err)
@@ -244,20 +214,20 @@ func (e *JobExecutor) inProgress(ctx context.Context) (map[string]bool, error) {
 
 // job builds the Job of a run. Nothing from the request but its name, operation and labels
 // goes into it.
-func (e *JobExecutor) job(req Request) *batchv1.Job {
+func (e *Job) job(req tfrunner.Request) *batchv1.Job {
 	lbls := maps.Clone(req.Labels)
 	if lbls == nil {
 		lbls = map[string]string{}
 	}
-	lbls[LabelOperation] = string(req.Operation)
-	lbls[LabelManagedBy] = ManagedBy
+	lbls[tfrunner.LabelOperation] = string(req.Operation)
+	lbls[tfrunner.LabelManagedBy] = tfrunner.ManagedBy
 	command := e.Command
 	if len(command) == 0 {
 		command = []string{"fulfiller", "run"}
 	}
 	var envFrom []corev1.EnvFromSource
 	for _, name := range e.EnvFromSecrets {
-		envFrom = append(envFrom, corev1.EnvFromSource{Prefix: TofuEnvPrefix, SecretRef: &corev1.SecretEnvSource{
+		envFrom = append(envFrom, corev1.EnvFromSource{Prefix: tfrunner.TofuEnvPrefix, SecretRef: &corev1.SecretEnvSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: name},
 		}})
 	}
@@ -303,14 +273,14 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 						ImagePullPolicy: e.ImagePullPolicy,
 						Command:         command,
 						Args: []string{
-							"--request", jobRequestDir + "/" + RequestFileName,
+							"--request", jobRequestDir + "/" + tfrunner.RequestFileName,
 							"--work-dir", jobWorkDir,
-							"--termination-log", TerminationLogPath,
+							"--termination-log", tfrunner.TerminationLogPath,
 						},
-						Env:                      append([]corev1.EnvVar{{Name: ServiceAccountDirEnv, Value: ServiceAccountDir}, {Name: "TMPDIR", Value: jobTmpDir}}, e.Env...),
+						Env:                      append([]corev1.EnvVar{{Name: tfrunner.ServiceAccountDirEnv, Value: tfrunner.ServiceAccountDir}, {Name: "TMPDIR", Value: jobTmpDir}}, e.Env...),
 						EnvFrom:                  envFrom,
 						Resources:                resources,
-						TerminationMessagePath:   TerminationLogPath,
+						TerminationMessagePath:   tfrunner.TerminationLogPath,
 						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: requestVolume, MountPath: jobRequestDir, ReadOnly: true},
@@ -337,7 +307,7 @@ func (e *JobExecutor) job(req Request) *batchv1.Job {
 }
 
 // resources are the runner container's (Resources, or the default).
-func (e *JobExecutor) resources() corev1.ResourceRequirements {
+func (e *Job) resources() corev1.ResourceRequirements {
 	if e.Resources != nil {
 		return *e.Resources
 	}
@@ -349,7 +319,7 @@ func (e *JobExecutor) resources() corev1.ResourceRequirements {
 
 // Placement is what the executor's runner pods ask of a node (ClusterRunners). A container
 // without requests gets its limits as requests.
-func (e *JobExecutor) Placement() RunnerPlacement {
+func (e *Job) Placement() RunnerPlacement {
 	r := e.resources()
 	requests := r.Requests.DeepCopy()
 	if requests == nil {
@@ -382,8 +352,8 @@ func orDefault(d, def time.Duration) time.Duration {
 // run has finished, its request Secret is deleted (the Job, and so its log, stays for
 // TTLAfterFinished). A cancelled run's Job is deleted in the foreground: it stays, marked
 // for deletion, until its pod is gone, and Status reports RunStopping meanwhile.
-func (e *JobExecutor) Status(ctx context.Context, name, claimUID string) (RunStatus, error) {
-	if validateName(name) != nil {
+func (e *Job) Status(ctx context.Context, name, claimUID string) (RunStatus, error) {
+	if tfrunner.ValidateName(name) != nil {
 		return RunStatus{}, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
 	job, err := e.Client.BatchV1().Jobs(e.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -414,8 +384,8 @@ func (e *JobExecutor) Status(ctx context.Context, name, claimUID string) (RunSta
 			return st, nil
 		}
 		now := time.Now().UTC()
-		st.Phase, st.Result = RunFailed, &Result{Operation: Operation(job.Labels[LabelOperation]), Started: st.StartTime, Finished: now,
-			Error: newRunError(Cancelled, "run cancelled")}
+		st.Phase, st.Result = RunFailed, &tfrunner.Result{Operation: tfrunner.Operation(job.Labels[tfrunner.LabelOperation]), Started: st.StartTime, Finished: now,
+			Error: tfrunner.NewRunError(tfrunner.Cancelled, "run cancelled")}
 		return st, nil
 	}
 	for _, p := range pods {
@@ -427,28 +397,28 @@ func (e *JobExecutor) Status(ctx context.Context, name, claimUID string) (RunSta
 }
 
 // jobResult is the result of a finished run: the one its runner wrote, or why it has none.
-func jobResult(job *batchv1.Job, pods []*corev1.Pod) *Result {
-	op := Operation(job.Labels[LabelOperation])
+func jobResult(job *batchv1.Job, pods []*corev1.Pod) *tfrunner.Result {
+	op := tfrunner.Operation(job.Labels[tfrunner.LabelOperation])
 	deadline := jobCondition(job, "DeadlineExceeded")
 	// A runner that wrote its result decides, even before the Job controller has noticed;
 	// but a runner stopped by the Job's deadline reports Cancelled where Timeout is meant.
 	for _, p := range pods {
 		if res, ok := podResult(p); ok {
-			if deadline != nil && res.Error != nil && res.Error.Class == Cancelled {
-				res.Error = newRunError(Timeout, "the run's deadline passed: "+deadline.Message)
+			if deadline != nil && res.Error != nil && res.Error.Class == tfrunner.Cancelled {
+				res.Error = tfrunner.NewRunError(tfrunner.Timeout, "the run's deadline passed: "+deadline.Message)
 			}
 			return &res
 		}
 	}
 	if cond, done := jobFinished(job); done {
-		return &Result{Operation: op, Started: job.CreationTimestamp.UTC(), Finished: cond.LastTransitionTime.UTC(), Error: lostRunError(job, cond, deadline, pods)}
+		return &tfrunner.Result{Operation: op, Started: job.CreationTimestamp.UTC(), Finished: cond.LastTransitionTime.UTC(), Error: lostRunError(job, cond, deadline, pods)}
 	}
 	return nil
 }
 
 // deleteRequest deletes a finished run's request Secret, which holds the claim's user data
 // and credentials.
-func (e *JobExecutor) deleteRequest(ctx context.Context, job *batchv1.Job) error {
+func (e *Job) deleteRequest(ctx context.Context, job *batchv1.Job) error {
 	err := e.Client.CoreV1().Secrets(e.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting request Secret %s: %w", job.Name, err)
@@ -457,7 +427,7 @@ func (e *JobExecutor) deleteRequest(ctx context.Context, job *batchv1.Job) error
 }
 
 // pods lists the pods of this Job (not of an earlier Job of the same name), newest first.
-func (e *JobExecutor) pods(ctx context.Context, job *batchv1.Job) ([]*corev1.Pod, error) {
+func (e *Job) pods(ctx context.Context, job *batchv1.Job) ([]*corev1.Pod, error) {
 	list, err := e.Client.CoreV1().Pods(e.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{jobNameLabel: job.Name, controllerUIDLabel: string(job.UID)}).String(),
 	})
@@ -483,14 +453,14 @@ func runnerState(p *corev1.Pod) *corev1.ContainerStateTerminated {
 }
 
 // podResult parses the result the runner left as its termination message.
-func podResult(p *corev1.Pod) (Result, bool) {
+func podResult(p *corev1.Pod) (tfrunner.Result, bool) {
 	t := runnerState(p)
 	if t == nil || t.Message == "" {
-		return Result{}, false
+		return tfrunner.Result{}, false
 	}
-	var res Result
+	var res tfrunner.Result
 	if err := json.Unmarshal([]byte(t.Message), &res); err != nil || res.Started.IsZero() {
-		return Result{}, false
+		return tfrunner.Result{}, false
 	}
 	return res, true
 }
@@ -517,26 +487,26 @@ func jobCondition(job *batchv1.Job, reason string) *batchv1.JobCondition {
 
 // lostRunError explains a finished Job whose runner left no result: its deadline passed, its
 // pod was evicted or OOM-killed, or it exited (or vanished) for another reason.
-func lostRunError(job *batchv1.Job, finished, deadline *batchv1.JobCondition, pods []*corev1.Pod) *RunError {
+func lostRunError(job *batchv1.Job, finished, deadline *batchv1.JobCondition, pods []*corev1.Pod) *tfrunner.RunError {
 	if deadline != nil {
-		return newRunError(Timeout, "the run's deadline passed: "+deadline.Message)
+		return tfrunner.NewRunError(tfrunner.Timeout, "the run's deadline passed: "+deadline.Message)
 	}
 	for _, p := range pods {
 		if p.Status.Reason != "" {
-			return newRunError(Unknown, fmt.Sprintf("runner pod %s: %s: %s", p.Name, p.Status.Reason, p.Status.Message))
+			return tfrunner.NewRunError(tfrunner.Unknown, fmt.Sprintf("runner pod %s: %s: %s", p.Name, p.Status.Reason, p.Status.Message))
 		}
 		if t := runnerState(p); t != nil {
 			msg := fmt.Sprintf("runner exited with code %d (%s) without a result", t.ExitCode, t.Reason)
 			if t.Reason == "OOMKilled" {
 				msg = "runner was killed for using more memory than its limit (OOMKilled)"
 			}
-			return newRunError(Unknown, msg)
+			return tfrunner.NewRunError(tfrunner.Unknown, msg)
 		}
 	}
 	if job.Status.Succeeded > 0 || finished.Type == batchv1.JobComplete {
-		return newRunError(Unknown, "runner exited without a result")
+		return tfrunner.NewRunError(tfrunner.Unknown, "runner exited without a result")
 	}
-	return newRunError(Unknown, fmt.Sprintf("runner Job failed without a result: %s: %s", finished.Reason, finished.Message))
+	return tfrunner.NewRunError(tfrunner.Unknown, fmt.Sprintf("runner Job failed without a result: %s: %s", finished.Reason, finished.Message))
 }
 
 // Cancel implements Executor: it deletes the Job in the foreground and returns. The Job's pod
@@ -545,8 +515,8 @@ func lostRunError(job *batchv1.Job, finished, deadline *batchv1.JobCondition, po
 // Meanwhile Status reports RunStopping; once the pod is gone, so is the Job, and Status
 // reports ErrRunNotFound, like a run never started. Cancelling a finished run does nothing, so
 // its log stays readable.
-func (e *JobExecutor) Cancel(ctx context.Context, name, claimUID string) error {
-	if validateName(name) != nil {
+func (e *Job) Cancel(ctx context.Context, name, claimUID string) error {
+	if tfrunner.ValidateName(name) != nil {
 		return fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
 	jobs := e.Client.BatchV1().Jobs(e.Namespace)
@@ -582,59 +552,4 @@ func runnersEnded(pods []*corev1.Pod) bool {
 		}
 	}
 	return true
-}
-
-// TerminationMessage encodes res for a container's termination message: compact JSON of at
-// most MaxTerminationMessage bytes. Outputs other than those Result already names go first,
-// then addresses, then the error message is shortened.
-func TerminationMessage(res Result) ([]byte, error) {
-	data, err := json.Marshal(res)
-	if err != nil || len(data) <= MaxTerminationMessage {
-		return data, err
-	}
-	res.Phases = nil
-	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
-		return data, err
-	}
-	res.Outputs = nil
-	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
-		return data, err
-	}
-	res.Addresses = nil
-	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
-		return data, err
-	}
-	if res.Error != nil {
-		res.Error = &RunError{Class: res.Error.Class, Message: v1alpha1.ShortenTo(res.Error.Message, 100), RetryAfter: res.Error.RetryAfter}
-	}
-	if data, err = json.Marshal(res); err != nil || len(data) <= MaxTerminationMessage {
-		return data, err
-	}
-	return nil, errors.New("result does not fit in a termination message")
-}
-
-// writeTerminationLog writes the result in place: a termination message file is a bind
-// mount that cannot be replaced by a rename.
-func writeTerminationLog(path string, res Result) error {
-	data, err := TerminationMessage(res)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		return fmt.Errorf("writing termination message: %w", err)
-	}
-	return nil
-}
-
-// tofuEnvFromRunner returns the runner's TofuEnvPrefix variables without the prefix.
-func tofuEnvFromRunner() map[string]string {
-	env := map[string]string{}
-	for _, kv := range os.Environ() {
-		if rest, ok := strings.CutPrefix(kv, TofuEnvPrefix); ok {
-			if k, v, ok := strings.Cut(rest, "="); ok && k != "" {
-				env[k] = v
-			}
-		}
-	}
-	return env
 }

@@ -1,4 +1,4 @@
-package tfrunner
+package executor
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Contract is what ExecutorContract needs to know about an executor. It is exported (in a
@@ -33,14 +36,14 @@ type Contract struct {
 	// what the executor itself does (phases, idempotent starts, cancelling, deadlines, claim
 	// ownership, requests removed, lock attribution), not what the module did. Nil for the
 	// executors that run tofu: their requests carry b to the module.
-	Script func(t *testing.T, e Executor, req Request, b Behaviour)
+	Script func(t *testing.T, e Executor, req tfrunner.Request, b Behaviour)
 }
 
 // Behaviour is how the suite's module behaves in a run.
 type Behaviour struct {
 	// Fail: the run fails with this class (the module's simulated API error, or a broken
 	// module).
-	Fail ErrorClass
+	Fail tfrunner.ErrorClass
 	// Hold: the module sits in its provisioner, holding the state lock, for a long while.
 	Hold bool
 	// StopDelay: once interrupted, the run takes this long to stop.
@@ -52,7 +55,7 @@ func (c Contract) runsTofu() bool { return c.Script == nil }
 
 // request is the suite's request name of the module (params select its behaviour in tofu),
 // scripted to behave as b for an executor that runs no tofu.
-func (c Contract) request(t *testing.T, e Executor, name, module, state string, params map[string]string, b Behaviour) Request {
+func (c Contract) request(t *testing.T, e Executor, name, module, state string, params map[string]string, b Behaviour) tfrunner.Request {
 	t.Helper()
 	req := nodeRequest(t, name, module, state, params)
 	if b.StopDelay > 0 {
@@ -68,7 +71,7 @@ func (c Contract) request(t *testing.T, e Executor, name, module, state string, 
 // (lockInfo; for an executor that runs no tofu, until it runs).
 func (c Contract) provisioning(t *testing.T, e Executor, name, lockInfo string) {
 	t.Helper()
-	eventually(t, 90*time.Second, "run "+name+" to provision, holding the lock", func() bool {
+	testenv.Eventually(t, 90*time.Second, "run "+name+" to provision, holding the lock", func() bool {
 		st, err := e.Status(context.Background(), name, "")
 		if err != nil || st.Phase != RunRunning {
 			return false
@@ -126,7 +129,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			t.Errorf("the request of finished run %s is still stored", req.Name)
 		}
 		res := st.Result
-		if res.ProviderID == "" || res.NodeName != "contract-a-apply-1" || res.Operation != Apply {
+		if res.ProviderID == "" || res.NodeName != "contract-a-apply-1" || res.Operation != tfrunner.Apply {
 			t.Errorf("result: %+v", res)
 		}
 		if c.runsTofu() {
@@ -145,7 +148,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 		}
 
 		destroy := nodeRequest(t, "contract-a-destroy-1", "node", state, map[string]string{"record_dir": record})
-		destroy.Operation = Destroy
+		destroy.Operation = tfrunner.Destroy
 		if c.Script != nil {
 			c.Script(t, e, destroy, Behaviour{})
 		}
@@ -153,7 +156,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			t.Fatal(err)
 		}
 		st = waitDone(t, e, destroy.Name)
-		if st.Phase != RunSucceeded || st.Result.Operation != Destroy || st.Result.ProviderID != "" {
+		if st.Phase != RunSucceeded || st.Result.Operation != tfrunner.Destroy || st.Result.ProviderID != "" {
 			t.Fatalf("destroy: %+v %+v\n%s", st, st.Result, c.Logs(t, st))
 		}
 		if _, err := os.Stat(filepath.Join(record, "destroyed")); c.runsTofu() && err != nil {
@@ -165,10 +168,10 @@ func ExecutorContract(t *testing.T, c Contract) {
 		name   string
 		module string
 		params map[string]string
-		class  ErrorClass
+		class  tfrunner.ErrorClass
 	}{
-		{"contract-b-apply-1", "node", map[string]string{"fail_with": simulatedAPIErrors["resource-unavailable"]}, Capacity},
-		{"contract-c-apply-1", "undeclared-reference", nil, InvalidModule},
+		{"contract-b-apply-1", "node", map[string]string{"fail_with": "resource_unavailable: server type cx22 unavailable in fsn1"}, tfrunner.Capacity},
+		{"contract-c-apply-1", "undeclared-reference", nil, tfrunner.InvalidModule},
 	}
 	for _, f := range failures {
 		t.Run(string(f.class), func(t *testing.T) {
@@ -208,7 +211,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 		waitEnded(t, e, req.Name)
 		c.lockReleased(t, "of the cancelled run", lockInfo)
 		if c.CancelledGone {
-			eventually(t, time.Minute, "the cancelled run to be gone", func() bool {
+			testenv.Eventually(t, time.Minute, "the cancelled run to be gone", func() bool {
 				_, err := e.Status(ctx, req.Name, "")
 				return errors.Is(err, ErrRunNotFound)
 			})
@@ -219,7 +222,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			if !errors.Is(err, ErrRunNotFound) {
 				t.Errorf("status after cancel: %+v, %v; want ErrRunNotFound", st, err)
 			}
-		case err != nil || st.Phase != RunFailed || st.Result.Error == nil || st.Result.Error.Class != Cancelled:
+		case err != nil || st.Phase != RunFailed || st.Result.Error == nil || st.Result.Error.Class != tfrunner.Cancelled:
 			t.Errorf("status after cancel: %+v %+v, %v", st, st.Result, err)
 		}
 		if err := e.Cancel(ctx, req.Name, ""); err != nil && !errors.Is(err, ErrRunNotFound) {
@@ -232,7 +235,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 	t.Run("LongName", func(t *testing.T) {
 		t.Parallel()
 		e := c.NewExecutor(t)
-		name := RunName("contract-f-"+strings.Repeat("l", 52), Apply, 1)
+		name := tfrunner.RunName("contract-f-"+strings.Repeat("l", 52), tfrunner.Apply, 1)
 		if len(name) != 63 {
 			t.Fatalf("run name %q has %d characters", name, len(name))
 		}
@@ -271,7 +274,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			t.Fatal(err)
 		}
 		// A local runner's session is gone once the provisioner it left has ended, too.
-		eventually(t, 90*time.Second, "the runner to be gone", func() bool {
+		testenv.Eventually(t, 90*time.Second, "the runner to be gone", func() bool {
 			a, err = attributor.AttributeLock(ctx, owner, runs)
 			return err == nil && a.Run == name && a.Gone
 		})
@@ -283,7 +286,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 		t.Parallel()
 		e := c.NewExecutor(t)
 		req := c.request(t, e, "contract-g-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil, Behaviour{})
-		req.Labels = map[string]string{LabelNodeClaimUID: "uid-old"}
+		req.Labels = map[string]string{tfrunner.LabelNodeClaimUID: "uid-old"}
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +294,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			t.Fatalf("status: %+v %+v", st, st.Result)
 		}
 		again := req
-		again.Labels = map[string]string{LabelNodeClaimUID: "uid-new"}
+		again.Labels = map[string]string{tfrunner.LabelNodeClaimUID: "uid-new"}
 		if err := e.Start(ctx, again); !errors.Is(err, ErrOtherClaimsRun) {
 			t.Fatalf("start of a run whose name an earlier claim's run has: %v, want ErrOtherClaimsRun", err)
 		}
@@ -389,7 +392,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			t.Fatal(err)
 		}
 		st := waitDone(t, e, req.Name)
-		if st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != Timeout {
+		if st.Phase != RunFailed || st.Result == nil || st.Result.Error == nil || st.Result.Error.Class != tfrunner.Timeout {
 			t.Fatalf("a run past its deadline: %+v %+v\n%s", st, st.Result, c.Logs(t, st))
 		}
 		// The runner interrupted tofu, which released the lock.
@@ -432,7 +435,7 @@ func readLockOwner(t *testing.T, path string) LockOwner {
 // or no longer exists.
 func waitEnded(t *testing.T, e Executor, name string) {
 	t.Helper()
-	eventually(t, 2*time.Minute, "run "+name+" to end", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "run "+name+" to end", func() bool {
 		st, err := e.Status(context.Background(), name, "")
 		return errors.Is(err, ErrRunNotFound) || err == nil && (st.Phase == RunSucceeded || st.Phase == RunFailed)
 	})
@@ -443,7 +446,7 @@ func waitDone(t *testing.T, e Executor, name string) RunStatus {
 	t.Helper()
 	var st RunStatus
 	var err error
-	eventually(t, 90*time.Second, "run "+name+" to finish", func() bool {
+	testenv.Eventually(t, 90*time.Second, "run "+name+" to finish", func() bool {
 		st, err = e.Status(context.Background(), name, "")
 		return err != nil || st.Phase == RunSucceeded || st.Phase == RunFailed
 	})
@@ -467,7 +470,7 @@ func TestLocalExecutorContract(t *testing.T) {
 			return string(data)
 		},
 		RequestExists: func(t *testing.T, e Executor, run string) bool {
-			_, err := os.Stat(filepath.Join(e.(*LocalExecutor).Dir, run, RequestFileName))
+			_, err := os.Stat(filepath.Join(e.(*Local).Dir, run, tfrunner.RequestFileName))
 			return err == nil
 		},
 	})

@@ -1,0 +1,31 @@
+// Package message shapes the messages the fulfiller writes for people: condition, event and
+// run messages. It imports only the standard library, so that the runner binary, which links
+// no Kubernetes client, shapes its run messages as the API types do.
+package message
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxLength bounds every message the fulfiller writes for people: condition messages, event
+// messages and run messages. `kubectl get -o wide` shows them on one line.
+const MaxLength = 300
+
+// Short is s as a message: white space runs (newlines included) folded to single spaces, and
+// cut to at most MaxLength bytes on a rune boundary, a cut marked with an ellipsis.
+func Short(s string) string { return ShortenTo(s, MaxLength) }
+
+// ShortenTo is Short with another bound, for a part of a message.
+func ShortenTo(s string, limit int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= limit {
+		return s
+	}
+	const ellipsis = "…"
+	cut := max(limit-len(ellipsis), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}

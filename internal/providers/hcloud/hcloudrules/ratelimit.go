@@ -1,0 +1,65 @@
+package hcloudrules
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+)
+
+// The environment a class's credentials give its runs: the token, and the API's address
+// (the tests point it at the stand-in). The family's own API calls read them too.
+const (
+	EnvToken    = "HCLOUD_TOKEN"
+	EnvEndpoint = "HCLOUD_ENDPOINT"
+)
+
+// DefaultEndpoint is the Hetzner Cloud API.
+const DefaultEndpoint = "https://api.hetzner.cloud/v1"
+
+// CodeRateLimitExceeded is the API's error code for a project whose request budget is spent.
+const CodeRateLimitExceeded = "rate_limit_exceeded"
+
+// headerRateLimitReset is the API's header with the Unix time at which the project's
+// request budget is full again (docs.hetzner.cloud "Rate Limiting").
+const headerRateLimitReset = "RateLimit-Reset"
+
+var _ tfrunner.RetryTimer = Rules{}
+
+// RetryAfter is when a run that the API's rate limit failed (rate_limit_exceeded) can be
+// retried: the RateLimit-Reset of one cheap read made with the run's token (a read that
+// the exhausted budget refuses still carries the header). False for other failures, or
+// when the API does not say. The runner calls it (tfrunner.RetryTimer), so it reads the API
+// with the standard library only.
+func (Rules) RetryAfter(ctx context.Context, errs []tfrunner.Diagnostic, env map[string]string) (time.Time, bool) {
+	limited := false
+	for _, d := range errs {
+		limited = limited || tfrunner.ContainsAnyWord(d.CodeText(), []string{CodeRateLimitExceeded})
+	}
+	if !limited || env[EnvToken] == "" {
+		return time.Time{}, false
+	}
+	endpoint := strings.TrimSuffix(env[EnvEndpoint], "/")
+	if endpoint == "" {
+		endpoint = DefaultEndpoint
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/servers?per_page=1", nil)
+	if err != nil {
+		return time.Time{}, false
+	}
+	req.Header.Set("Authorization", "Bearer "+env[EnvToken])
+	req.Header.Set("User-Agent", "fulfiller")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return time.Time{}, false
+	}
+	_ = resp.Body.Close()
+	reset, err := strconv.ParseInt(resp.Header.Get(headerRateLimitReset), 10, 64)
+	if err != nil || reset <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(reset, 0), true
+}
