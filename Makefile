@@ -59,8 +59,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image: ## build the controller image (needs a docker engine; see the Dockerfile)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-build: ## build bin/fulfiller (the image's controller and runner), bin/fulfiller-dev (that plus dev and sim) and bin/fulfiller-runner (the runner alone)
-	go build -trimpath -o bin/ ./cmd/fulfiller ./cmd/fulfiller-dev ./cmd/fulfiller-runner
+build: ## build bin/fulfiller (the image's controller and runner), bin/fulfiller-dev (that plus dev and sim), bin/fulfiller-runner and bin/fulfiller-sim (the runner alone, the simulated machine alone)
+	go build -trimpath -o bin/ ./cmd/fulfiller ./cmd/fulfiller-dev ./cmd/fulfiller-runner ./cmd/fulfiller-sim
 
 vet: ## go vet and gofmt check
 	go vet ./...

@@ -19,7 +19,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap/preflight"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 )
 
@@ -160,7 +160,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, secret.DeepCopy()).WithStatusSubresource(nc).Build()
 		clk := clocktesting.NewFakeClock(time.Now())
 		c := NewNodeClassController(kube, kube, clk, &recordedEvents{}).WithSecretNamespace("fulfiller").WithFamilies(registry, "prod-eu")
-		c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return nil, nil }
+		c.preflight = func(context.Context) (*preflight.Failure, error) { return nil, nil }
 		reconcileClass := func() *v1alpha1.TofuNodeClass {
 			t.Helper()
 			got := &v1alpha1.TofuNodeClass{}

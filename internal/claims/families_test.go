@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap/preflight"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
@@ -94,7 +94,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, secret).WithStatusSubresource(nc).Build()
 			clk := clocktesting.NewFakeClock(time.Now())
 			c := NewNodeClassController(kube, kube, clk, &recordedEvents{}).WithSecretNamespace("fulfiller").WithFamilies(registry, "prod-eu")
-			c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return nil, nil }
+			c.preflight = func(context.Context) (*preflight.Failure, error) { return nil, nil }
 			reconcileClass := func() *v1alpha1.TofuNodeClass {
 				t.Helper()
 				got := &v1alpha1.TofuNodeClass{}
@@ -210,7 +210,7 @@ output "provider_id" { value = "hcloud://1" }
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, secret).WithStatusSubresource(nc).Build()
 			c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(time.Now()), &recordedEvents{}).
 				WithSecretNamespace("fulfiller").WithFamilies(registry, "prod-eu")
-			c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return nil, nil }
+			c.preflight = func(context.Context) (*preflight.Failure, error) { return nil, nil }
 			got := &v1alpha1.TofuNodeClass{}
 			for range 2 { // the second reconcile uses the cached verdict
 				if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {

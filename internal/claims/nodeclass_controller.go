@@ -30,6 +30,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap/preflight"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -41,8 +42,8 @@ type NodeClassController struct {
 	kube     client.Client
 	clock    clock.Clock
 	recorder events.Recorder
-	// preflight checks that the cluster lets machines join (bootstrap.Preflight).
-	preflight func(context.Context) (*bootstrap.PreflightFailure, error)
+	// preflight checks that the cluster lets machines join (preflight.Check).
+	preflight func(context.Context) (*preflight.Failure, error)
 	// apiReader reads from the API server, uncached: the Secrets of the class's backend and
 	// credentials, in secretNamespace (the fulfiller's).
 	apiReader       client.Reader
@@ -68,8 +69,8 @@ const (
 
 // NewNodeClassController builds the controller; reader reads uncached (cluster-info).
 func NewNodeClassController(kube client.Client, reader client.Reader, clk clock.Clock, recorder events.Recorder) *NodeClassController {
-	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, apiReader: reader, preflight: func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
-		return bootstrap.Preflight(ctx, kube, reader)
+	return &NodeClassController{kube: kube, clock: clk, recorder: recorder, apiReader: reader, preflight: func(ctx context.Context) (*preflight.Failure, error) {
+		return preflight.Check(ctx, kube, reader)
 	}, credentialChecks: newVerdictCache(clk), catalogs: newCatalogReads()}
 }
 
@@ -80,12 +81,12 @@ func (c *NodeClassController) WithFamilies(families family.Registry, cluster str
 }
 
 // WithTokenAuthProbe adds to the join preflight a check that the API server at cfg
-// authenticates bootstrap tokens (see bootstrap.TokenAuthProbe), run once the authorizer's
+// authenticates bootstrap tokens (see preflight.TokenAuthProbe), run once the authorizer's
 // answers are fine and at most every 5 minutes.
 func (c *NodeClassController) WithTokenAuthProbe(cfg *rest.Config) *NodeClassController {
-	probe := &bootstrap.TokenAuthProbe{Client: c.kube, Config: cfg}
+	probe := &preflight.TokenAuthProbe{Client: c.kube, Config: cfg}
 	authorizer := c.preflight
-	c.preflight = func(ctx context.Context) (*bootstrap.PreflightFailure, error) {
+	c.preflight = func(ctx context.Context) (*preflight.Failure, error) {
 		if failure, err := authorizer(ctx); failure != nil || err != nil {
 			return failure, err
 		}

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap/preflight"
 )
 
 // statePassphrase is a secret value the class's Secrets hold; it must show nowhere.
@@ -57,7 +57,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		name, module, reason string
 		message              string // in Ready's message
 		mutate               func(*v1alpha1.TofuNodeClass)
-		preflight            *bootstrap.PreflightFailure
+		preflight            *preflight.Failure
 		ready                bool
 		// window: the misfit types the RegistrationWindow condition names; "" when all fit
 		window string
@@ -66,7 +66,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 		{name: "module folder missing", module: "/nonexistent/module", reason: v1alpha1.ReasonModuleNotFound},
 		{name: "module breaks the contract", module: noOutput, reason: v1alpha1.ReasonInvalidModule},
 		{name: "cluster refuses joins", module: good, reason: v1alpha1.ReasonBootstrapRBACMissing,
-			preflight: &bootstrap.PreflightFailure{Reason: v1alpha1.ReasonBootstrapRBACMissing, Message: "no CSRs"}},
+			preflight: &preflight.Failure{Reason: v1alpha1.ReasonBootstrapRBACMissing, Message: "no CSRs"}},
 		{name: "spec invalid", module: good, reason: v1alpha1.ReasonInvalidSpec, mutate: func(nc *v1alpha1.TofuNodeClass) {
 			nc.Spec.NodeTypes[0].Offerings[0].Price = "cheap"
 		}},
@@ -163,7 +163,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithObjects(secrets...).WithStatusSubresource(nc).Build()
 			rec := &recordedEvents{}
 			c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(time.Now()), rec).WithSecretNamespace("fulfiller")
-			c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return tc.preflight, nil }
+			c.preflight = func(context.Context) (*preflight.Failure, error) { return tc.preflight, nil }
 			got := &v1alpha1.TofuNodeClass{}
 			if err := kube.Get(context.Background(), client.ObjectKeyFromObject(nc), got); err != nil {
 				t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap/preflight"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 )
 
@@ -41,7 +41,7 @@ output "provider_id" { value = "sim://${var.node_name}" }
 	kube := test.NewClient(nil, append(fulfillments, nc, other)...)
 	rec := &recordedEvents{}
 	c := NewNodeClassController(kube, kube, clocktesting.NewFakeClock(now), rec).WithSecretNamespace(testNamespace)
-	c.preflight = func(context.Context) (*bootstrap.PreflightFailure, error) { return nil, nil }
+	c.preflight = func(context.Context) (*preflight.Failure, error) { return nil, nil }
 	reconcileClass := func() {
 		t.Helper()
 		got := &v1alpha1.TofuNodeClass{}

@@ -143,26 +143,49 @@ func TestTestMachinery(t *testing.T) {
 	}
 }
 
-// The runner binary (cmd/fulfiller-runner) links no Kubernetes client, no Karpenter and not
-// the API types, which is what makes it start in a tenth of the controller binary's CPU; the
-// same check finds them in cmd/fulfiller.
-func TestRunnerBinaryLinksNoKubernetes(t *testing.T) {
-	kubernetes := func(main string) []string {
-		var found []string
-		for _, p := range goListDeps(t, main) {
-			if strings.HasPrefix(p.path, "k8s.io/") || strings.HasPrefix(p.path, "sigs.k8s.io/") || strings.HasPrefix(p.path, module+"/api/") {
-				found = append(found, p.path)
-			}
+// linked are the packages main links that match.
+func linked(t *testing.T, main string, match func(path string) bool) []string {
+	t.Helper()
+	var found []string
+	for _, p := range goListDeps(t, main) {
+		if match(p.path) {
+			found = append(found, p.path)
 		}
-		return found
 	}
-	if found := kubernetes(module + "/cmd/fulfiller-runner"); len(found) > 0 {
-		t.Errorf("cmd/fulfiller-runner links %d Kubernetes packages:\n  %s", len(found), strings.Join(found, "\n  "))
+	return found
+}
+
+// The runner binary (cmd/fulfiller-runner) links no Kubernetes client, no Karpenter and not
+// the API types, and the machine binary (cmd/fulfiller-sim) neither Karpenter nor the
+// controller's packages: that is what makes a run and a simulated machine start in a
+// fraction of the CPU of the binaries that link the controller. The same checks find those
+// packages in cmd/fulfiller and cmd/fulfiller-dev.
+func TestSmallBinariesLinkNoController(t *testing.T) {
+	kubernetes := func(path string) bool {
+		return strings.HasPrefix(path, "k8s.io/") || strings.HasPrefix(path, "sigs.k8s.io/") || strings.HasPrefix(path, module+"/api/")
 	}
-	controller := kubernetes(module + "/cmd/fulfiller")
-	for _, want := range []string{"k8s.io/client-go/kubernetes", "sigs.k8s.io/karpenter/pkg/operator", module + "/api/v1alpha1"} {
-		if !slices.Contains(controller, want) {
-			t.Errorf("the check does not find %s in cmd/fulfiller, which links it", want)
+	controller := func(path string) bool {
+		return strings.HasPrefix(path, "sigs.k8s.io/karpenter/") || strings.HasPrefix(path, "sigs.k8s.io/controller-runtime/") ||
+			path == module+"/internal/claims" || path == module+"/internal/operator"
+	}
+	for _, tc := range []struct {
+		small, big string
+		match      func(string) bool
+		bigHas     []string
+	}{
+		{small: "/cmd/fulfiller-runner", big: "/cmd/fulfiller", match: kubernetes,
+			bigHas: []string{"k8s.io/client-go/kubernetes", "sigs.k8s.io/karpenter/pkg/operator", module + "/api/v1alpha1"}},
+		{small: "/cmd/fulfiller-sim", big: "/cmd/fulfiller-dev", match: controller,
+			bigHas: []string{"sigs.k8s.io/karpenter/pkg/operator", "sigs.k8s.io/controller-runtime/pkg/manager", module + "/internal/claims"}},
+	} {
+		if found := linked(t, module+tc.small, tc.match); len(found) > 0 {
+			t.Errorf("%s links %d packages it must not:\n  %s", tc.small, len(found), strings.Join(found, "\n  "))
+		}
+		big := linked(t, module+tc.big, tc.match)
+		for _, want := range tc.bigHas {
+			if !slices.Contains(big, want) {
+				t.Errorf("the check does not find %s in %s, which links it", want, tc.big)
+			}
 		}
 	}
 }

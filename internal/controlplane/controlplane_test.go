@@ -24,6 +24,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap/preflight"
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -243,7 +244,7 @@ func TestJoinPreflight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, err := bootstrap.Preflight(ctx, c, c); err != nil || f != nil {
+	if f, err := preflight.Check(ctx, c, c); err != nil || f != nil {
 		t.Fatalf("preflight on a complete cluster: %+v, %v", f, err)
 	}
 	for binding, reason := range map[string]string{
@@ -258,7 +259,7 @@ func TestJoinPreflight(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-			f, err := bootstrap.Preflight(ctx, c, c)
+			f, err := preflight.Check(ctx, c, c)
 			return f != nil && f.Reason == reason, err
 		})
 		restored := crb.DeepCopy()
@@ -277,19 +278,19 @@ func TestJoinPreflight(t *testing.T) {
 func TestTokenAuthProbe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	check := func(cp *controlplane.ControlPlane) *bootstrap.PreflightFailure {
+	check := func(cp *controlplane.ControlPlane) *preflight.Failure {
 		t.Helper()
 		c, err := client.New(cp.Config, client.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		probe := &bootstrap.TokenAuthProbe{Client: c, Config: cp.Config, Wait: 5 * time.Second}
+		probe := &preflight.TokenAuthProbe{Client: c, Config: cp.Config, Wait: 5 * time.Second}
 		f, err := probe.Check(ctx, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		left := &corev1.SecretList{}
-		if err := c.List(ctx, left, client.InNamespace("kube-system"), client.HasLabels{bootstrap.LabelPreflight}); err != nil {
+		if err := c.List(ctx, left, client.InNamespace("kube-system"), client.HasLabels{preflight.Label}); err != nil {
 			t.Fatal(err)
 		}
 		if len(left.Items) != 0 {

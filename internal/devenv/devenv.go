@@ -420,7 +420,7 @@ func startHcloud(l Layout) (*standin.StandIn, error) {
 		return nil, err
 	}
 	api, err := standin.Start(standin.Options{
-		Machines: &standin.SimMachines{Dir: l.Machines(), Binary: []string{self, "sim"}},
+		Machines: &standin.SimMachines{Dir: l.Machines(), Binary: sim.CommandBeside(self)},
 		Log:      os.Stdout,
 	})
 	if err != nil {

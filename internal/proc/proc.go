@@ -6,6 +6,7 @@ package proc
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -80,4 +81,13 @@ func SessionAlive(sid int) bool {
 		}
 	}
 	return false
+}
+
+// Beside is the program name in the folder of the binary exe, when it is an executable file
+// there: the project's binaries find each other this way (the runner and the simulated
+// machine beside the binary that starts them).
+func Beside(exe, name string) (string, bool) {
+	path := filepath.Join(filepath.Dir(exe), name)
+	info, err := os.Stat(path)
+	return path, err == nil && info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -86,5 +87,33 @@ func TestSessionAlive(t *testing.T) {
 	}
 	if SessionAlive(sid) {
 		t.Fatalf("session %d still alive after its last process was killed", sid)
+	}
+}
+
+// Beside finds an executable file of that name in the binary's folder, and nothing else.
+func TestBeside(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "fulfiller-dev")
+	for _, tc := range []struct {
+		name string
+		make func(path string) error // nil: nothing there
+		want bool
+	}{
+		{name: "nothing there"},
+		{name: "not executable", make: func(p string) error { return os.WriteFile(p, nil, 0o644) }},
+		{name: "a folder", make: func(p string) error { return os.Mkdir(p, 0o755) }},
+		{name: "executable", make: func(p string) error { return os.WriteFile(p, nil, 0o755) }, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := filepath.Join(dir, "x-"+strings.ReplaceAll(tc.name, " ", "-"))
+			if tc.make != nil {
+				if err := tc.make(want); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, ok := Beside(exe, filepath.Base(want)); got != want || ok != tc.want {
+				t.Errorf("Beside = %q, %t; want %q, %t", got, ok, want, tc.want)
+			}
+		})
 	}
 }

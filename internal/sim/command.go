@@ -22,6 +22,7 @@ import (
 const DefaultStopGrace = 10 * time.Second
 
 const usage = `usage: fulfiller-dev sim <command> [flags]
+       fulfiller-sim <command> [flags]
 
 Simulated machines, the stand-in for VMs and servers in tests and the local environment.
 
@@ -34,7 +35,8 @@ commands:
                     power a machine off (idempotent)
 `
 
-// Main runs the `fulfiller-dev sim` command; args are what follows "sim". It returns the exit code.
+// Main runs the `fulfiller-dev sim` command (and cmd/fulfiller-sim); args are what follows
+// "sim". It returns the exit code.
 func Main(args []string) int {
 	return mainTo(args, os.Stdout, os.Stderr)
 }

@@ -30,7 +30,7 @@ const (
 // (tofu's local-exec) can leave it running: it writes cfg to <StateDir>/machine.json and runs
 // `binary... run --config <StateDir>/machine.json` in its own session, output appended to
 // <StateDir>/machine.log and its pid in <StateDir>/pid. binary is the `fulfiller-dev sim` command
-// line; empty means this executable followed by "sim". Start returns as soon as the process
+// line; empty means CommandBeside this executable. Start returns as soon as the process
 // runs, and does nothing when a machine with this state dir is running already.
 func Start(cfg MachineConfig, binary []string) error {
 	cfg, err := prepare(cfg)
@@ -43,7 +43,7 @@ func Start(cfg MachineConfig, binary []string) error {
 		if err != nil {
 			return fmt.Errorf("starting machine: finding this executable: %w", err)
 		}
-		binary = []string{exe, "sim"}
+		binary = CommandBeside(exe)
 	}
 	unlock, err := lockStateDir(stateDir)
 	if err != nil {
@@ -280,4 +280,17 @@ func waitUntil(cond func() bool, d time.Duration) bool {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Binary is the simulated machine alone (cmd/fulfiller-sim): it starts in about half the CPU
+// of the development binary, which links the controller.
+const Binary = "fulfiller-sim"
+
+// CommandBeside is the `sim` command of the binary exe: Binary when it lies beside exe (an
+// executable file), else `exe sim`. modules/sim chooses the same way.
+func CommandBeside(exe string) []string {
+	if bin, ok := proc.Beside(exe, Binary); ok {
+		return []string{bin}
+	}
+	return []string{exe, "sim"}
 }

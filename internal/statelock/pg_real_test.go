@@ -144,7 +144,7 @@ func TestPGBackendLocking(t *testing.T) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	})
-	eventually(t, 60*time.Second, "the slow run to hold the lock", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the slow run to hold the lock", func() bool {
 		data, _ := os.ReadFile(filepath.Join(runDir, executor.LogFileName))
 		return provisioning(string(data))
 	})
@@ -171,7 +171,7 @@ func TestPGBackendLocking(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the killed run's lock to go", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the killed run's lock to go", func() bool {
 		h, err := store.LockHolder(ctx, key)
 		return err == nil && h == nil
 	})

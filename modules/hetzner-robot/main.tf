@@ -3,10 +3,10 @@
 # `fulfiller robot`, the project's Robot webservice client and SSH layer. Destroying it
 # releases the server: it is reinstalled as a standby in the background. See README.md.
 #
-# The provisioners run "$FULFILLER_BINARY" (the runner exports its own executable). The
-# credentials reach `fulfiller robot` through the runner's environment (the class's
-# spec.credentials: HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY), never through this
-# configuration. Values reach the shell through `environment`, never the command text.
+# The provisioners run "$FULFILLER_BINARY" (the runner exports the fulfiller binary that
+# started it, or its own). The credentials reach `fulfiller robot` through the runner's
+# environment (the class's spec.credentials: HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY),
+# never through this configuration. Values reach the shell through `environment`, never the command text.
 
 locals {
   p = merge({

@@ -2,8 +2,10 @@
 # processes of `fulfiller-dev sim` that boot, read their cloud-init user data, join with the
 # bootstrap token in it and run a simulated kubelet. See README.md.
 #
-# The provisioners run "$FULFILLER_BINARY" (the runner exports its own executable: it must
-# be the development binary, fulfiller-dev, which has `sim`). Values reach the shell
+# The provisioners run the simulated machine's binary: fulfiller-sim when it lies beside
+# "$FULFILLER_BINARY", else "$FULFILLER_BINARY sim" (the runner exports the fulfiller binary
+# that started it, or its own: it must be the development binary, fulfiller-dev, which has
+# `sim`). Values reach the shell
 # through `environment`, never through the command text, so that the command tofu prints and
 # puts in error messages carries neither the user data nor the simulated error codes.
 
@@ -101,12 +103,13 @@ resource "terraform_data" "machine" {
     command     = <<-EOT
       set -eu
       : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller-dev binary}"
+      if [ -x "$${FULFILLER_BINARY%/*}/fulfiller-sim" ]; then set -- "$${FULFILLER_BINARY%/*}/fulfiller-sim"; else set -- "$FULFILLER_BINARY" sim; fi
       umask 077
       mkdir -p "$SIM_STATE_DIR"
       printf '%s' "$SIM_LABELS" > "$SIM_STATE_DIR/labels.json"
       printf '%s' "$SIM_USER_DATA" > "$SIM_STATE_DIR/user-data"
       unset SIM_USER_DATA
-      started=$("$FULFILLER_BINARY" sim start --in-place \
+      started=$("$@" start --in-place \
         --state-dir "$SIM_STATE_DIR" --name "$SIM_NODE_NAME" --user-data "$SIM_STATE_DIR/user-data" \
         --cpu "$SIM_CPU" --memory "$SIM_MEMORY" --ephemeral-storage "$SIM_EPHEMERAL_STORAGE" --pods "$SIM_PODS" \
         --gpu-resource "$SIM_GPU_RESOURCE" --gpu-count "$SIM_GPU_COUNT" \
@@ -146,9 +149,10 @@ resource "terraform_data" "machine" {
     command     = <<-EOT
       set -eu
       : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller-dev binary}"
+      if [ -x "$${FULFILLER_BINARY%/*}/fulfiller-sim" ]; then set -- "$${FULFILLER_BINARY%/*}/fulfiller-sim"; else set -- "$FULFILLER_BINARY" sim; fi
       : "$${SIM_STATE_DIR:?}"
       echo "deleting simulated server in $SIM_STATE_DIR"
-      "$FULFILLER_BINARY" sim stop --state-dir "$SIM_STATE_DIR"
+      "$@" stop --state-dir "$SIM_STATE_DIR"
       rm -rf -- "$SIM_STATE_DIR"
     EOT
     environment = {

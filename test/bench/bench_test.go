@@ -38,12 +38,12 @@ type fulfillerBuild struct {
 func (f fulfillerBuild) modules() string { return filepath.Join(f.src, "modules") }
 
 // buildFulfillerDev builds the development binary into dir (the local environment, and the
-// FULFILLER_BINARY with the `sim` command modules/sim calls) and the runner binary beside it,
-// which its local executor starts.
+// FULFILLER_BINARY of modules/sim) and the runner and machine binaries beside it, which its
+// local executor, modules/sim and the stand-ins start.
 func buildFulfillerDev(b *testing.B, dir string) fulfillerBuild {
 	b.Helper()
 	bin := filepath.Join(dir, "fulfiller-dev")
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner", "./cmd/fulfiller-sim")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = root(), os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("building fulfiller-dev: %v", err)

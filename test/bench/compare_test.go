@@ -30,6 +30,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+	"github.com/fulfiller-sh/fulfiller/internal/sim"
 )
 
 // The node both providers make in the comparison, and the pods that each need one.
@@ -225,7 +226,7 @@ func burstFulfiller(b *testing.B, ctx context.Context, build fulfillerBuild, dir
 		var err error
 		hcloud, err = standin.Start(standin.Options{
 			CreateDuration: c.create,
-			Machines:       &standin.SimMachines{Dir: filepath.Join(dir, "hcloud-machines"), Binary: []string{build.bin, "sim"}, BootDelay: c.boot},
+			Machines:       &standin.SimMachines{Dir: filepath.Join(dir, "hcloud-machines"), Binary: sim.CommandBeside(build.bin), BootDelay: c.boot},
 		})
 		if err != nil {
 			b.Fatal(err)

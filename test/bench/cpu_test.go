@@ -119,6 +119,7 @@ func (p procTimes) fulfiller(command string) bool {
 var ownRoles = map[string]string{
 	"kube-apiserver": roleAPIServer, "etcd": roleEtcd, "kube-scheduler": roleScheduler,
 	"kube-controller-manager": roleKCM, "karpenter-kwok": roleController, "kwok": roleMachines,
+	"fulfiller-sim": roleMachines,
 }
 
 // ownRole is what a process is by itself, "" when its program does not say.
@@ -346,6 +347,7 @@ func TestCPURoles(t *testing.T) {
 		21:   {ppid: 20, comm: "tofu", args: []string{"/t/tofu", "apply"}, self: 200 * time.Millisecond, reaped: 300 * time.Millisecond},
 		30:   {ppid: 1, comm: "fulfiller-dev", args: []string{"/b/fulfiller-dev", "sim", "run"}, self: 500 * time.Millisecond},
 		31:   {ppid: 30, comm: "sh", args: []string{"sh"}, self: 100 * time.Millisecond},
+		32:   {ppid: 1, comm: "fulfiller-sim", args: []string{"/b/fulfiller-sim", "start", "--in-place"}, self: 200 * time.Millisecond},
 		40:   {ppid: self, comm: "karpenter-kwok", args: []string{"/t/karpenter-kwok"}, self: time.Second, reaped: time.Second},
 		41:   {ppid: 40, comm: "sh", args: []string{"sh"}, self: 100 * time.Millisecond},
 	}
@@ -354,7 +356,7 @@ func TestCPURoles(t *testing.T) {
 		roleAPIServer:  3 * time.Second,
 		roleController: 2*time.Second + 2*time.Second, // the fulfiller's and karpenter-kwok's (with its reaped children)
 		roleRuns:       5*time.Second + 600*time.Millisecond,
-		roleMachines:   600 * time.Millisecond,
+		roleMachines:   800 * time.Millisecond,
 		roleBench:      3 * time.Second,
 		roleOther:      100 * time.Millisecond,
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+	"github.com/fulfiller-sh/fulfiller/internal/sim"
 )
 
 // createBound is what one CloudProvider.Create may take: it never waits for an apply (it
@@ -47,7 +48,7 @@ func BenchmarkBurst20HcloudClaims(b *testing.B) {
 	dir := b.TempDir()
 	build := buildFulfillerDev(b, dir)
 	api := standin.StartT(b, standin.Options{
-		Machines: &standin.SimMachines{Dir: filepath.Join(dir, "machines"), Binary: []string{build.bin, "sim"}, StopGrace: 5 * time.Second},
+		Machines: &standin.SimMachines{Dir: filepath.Join(dir, "machines"), Binary: sim.CommandBeside(build.bin), StopGrace: 5 * time.Second},
 	})
 	envDir := filepath.Join(dir, "env")
 	kube, vars, down := devUp(b, build, envDir, devenv.ExecutorJob)

@@ -254,8 +254,10 @@ func buildRevision(b *testing.B, rev, dir string) fulfillerBuild {
 	}
 	bin := filepath.Join(dir, "fulfiller-dev")
 	pkgs := []string{"./cmd/fulfiller-dev"}
-	if _, err := os.Stat(filepath.Join(src, "cmd", "fulfiller-runner")); err == nil {
-		pkgs = append(pkgs, "./cmd/fulfiller-runner") // revisions from 2026-12-01 on
+	for _, cmd := range []string{"fulfiller-runner", "fulfiller-sim"} { // revisions from 2026-12-01 on
+		if _, err := os.Stat(filepath.Join(src, "cmd", cmd)); err == nil {
+			pkgs = append(pkgs, "./cmd/"+cmd)
+		}
 	}
 	build := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	build.Dir, build.Stdout, build.Stderr = src, os.Stderr, os.Stderr

@@ -62,11 +62,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	// The development binary: the environment's controller and simulated machines; its local
-	// executor starts the runner binary beside it.
+	// The development binary: the environment's controller; its local executor starts the
+	// runner binary beside it, and modules/sim and the stand-ins the machine binary.
 	bin := filepath.Join(tmp, "fulfiller-dev")
 	env.bin = bin
-	build := exec.Command("go", "build", "-o", tmp+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner")
+	build := exec.Command("go", "build", "-o", tmp+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner", "./cmd/fulfiller-sim")
 	build.Dir, build.Stdout, build.Stderr = env.root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building fulfiller-dev:", err)

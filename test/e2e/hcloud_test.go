@@ -30,6 +30,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
+	"github.com/fulfiller-sh/fulfiller/internal/sim"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -43,7 +44,7 @@ func startHcloud(t *testing.T) *standin.StandIn {
 	log := &testenv.SyncBuffer{}
 	api := standin.StartT(t, standin.Options{
 		CreateDuration: 500 * time.Millisecond, ActionDuration: 200 * time.Millisecond, Log: log,
-		Machines: &standin.SimMachines{Dir: t.TempDir(), Binary: []string{env.bin, "sim"}, StopGrace: 5 * time.Second},
+		Machines: &standin.SimMachines{Dir: t.TempDir(), Binary: sim.CommandBeside(env.bin), StopGrace: 5 * time.Second},
 	})
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -261,17 +261,6 @@ func waitNode(t *testing.T, cs kubernetes.Interface, name, providerID string, ti
 	}
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // Warm: a standby server joins within seconds of the apply, with the recorded host key
 // pinned. Destroy releases it: the reinstall runs on the server after the runner returned,
 // with a new host key recorded first, and the server comes back to standby.
@@ -284,7 +273,7 @@ func TestModuleWarmActivationAndRelease(t *testing.T) {
 	userData, tok := p.userData(t, name, 321)
 	params := map[string]string{"server_number": "321", "activation_path": "warm", "host_key": item.Attributes[robot.AttrHostKey], "lease_holder": holder}
 
-	eventually(t, 30*time.Second, "the standby server to boot", func() bool { _, up := srv.State(); return up })
+	testenv.Eventually(t, 30*time.Second, "the standby server to boot", func() bool { _, up := srv.State(); return up })
 	start := time.Now()
 	res, log := p.run(t, p.request(t, name, tfrunner.Apply, srv, userData, params), tok.Secret)
 	if !res.Succeeded {
@@ -315,7 +304,7 @@ func TestModuleWarmActivationAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	keeper := &robot.Activator{Client: newClient(t, p.api, nil), Signer: p.signer, SSHHost: "127.0.0.1", SSHPort: srv.SSHPort()}
-	eventually(t, 60*time.Second, "the server to reinstall and return to standby", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the server to reinstall and return to standby", func() bool {
 		state, err := keeper.Probe(context.Background(), 321, it.Attributes[robot.AttrHostKey])
 		return err == nil && state == robot.StateStandby
 	})
@@ -376,7 +365,7 @@ func TestModuleBadInput(t *testing.T) {
 	usedHolder, usedItem := p.lease(t, "robot-bad-b", 522)
 	holder, item := p.lease(t, "robot-bad-a", 521)
 	hostKey := item.Attributes[robot.AttrHostKey]
-	eventually(t, 30*time.Second, "the standby servers to boot", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the standby servers to boot", func() bool {
 		_, up := srv.State()
 		_, upToo := used.State()
 		return up && upToo

@@ -16,6 +16,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -41,7 +42,7 @@ func (p *pool) poolScope(t *testing.T, srv *standin.Server, warm int32) family.S
 func keepUntil(t *testing.T, f *robot.Family, s family.Scope, live func(context.Context, string, string) (bool, error), what string, cond func(family.PoolReport) bool) family.PoolReport {
 	t.Helper()
 	var r family.PoolReport
-	eventually(t, 90*time.Second, what, func() bool {
+	testenv.Eventually(t, 90*time.Second, what, func() bool {
 		var err error
 		if r, err = f.Keep(context.Background(), s, live); err != nil {
 			t.Fatal(err)
@@ -140,7 +141,7 @@ func TestPoolQuarantinesServerUsedOutside(t *testing.T) {
 	f := robot.NewFamily()
 	s := p.poolScope(t, srv, 0)
 	keepUntil(t, f, s, noClaim, "the pool's lease", func(r family.PoolReport) bool { return r.Reason != v1alpha1.ReasonPoolUnchecked })
-	eventually(t, 30*time.Second, "the standby server to boot", func() bool { _, up := srv.State(); return up })
+	testenv.Eventually(t, 30*time.Second, "the standby server to boot", func() bool { _, up := srv.State(); return up })
 	srv.UseOutsidePool()
 	touched := len(srv.Events())
 

@@ -205,15 +205,10 @@ func (e *Local) command() ([]string, []string, error) {
 // `exe run`; the runner gets exe as FULFILLER_BINARY either way.
 func runnerBeside(exe string) ([]string, []string) {
 	env := []string{tfrunner.BinaryEnv + "=" + exe}
-	if runner := filepath.Join(filepath.Dir(exe), RunnerBinary); isExecutable(runner) {
+	if runner, ok := proc.Beside(exe, RunnerBinary); ok {
 		return []string{runner}, env
 	}
 	return []string{exe, "run"}, env
-}
-
-func isExecutable(path string) bool {
-	info, err := os.Stat(path)
-	return err == nil && info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0
 }
 
 // Start implements Executor. Request.WorkDir is replaced by the run's folder, and

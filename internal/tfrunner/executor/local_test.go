@@ -273,33 +273,20 @@ func TestLocalExecutorRunsNice(t *testing.T) {
 	}
 }
 
-// The local executor starts the runner binary when it lies beside its own binary, an
-// executable file; else its own binary's `run`. Provisioners get its own binary either way.
+// The local executor starts the runner binary when it lies beside its own binary (else its
+// own binary's `run`), and gives provisioners its own binary either way.
 func TestRunnerBeside(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "fulfiller-dev")
-	runner := filepath.Join(dir, RunnerBinary)
 	env := []string{"FULFILLER_BINARY=" + exe}
-	for _, tc := range []struct {
-		name   string
-		runner os.FileMode // 0: none
-		want   []string
-	}{
-		{name: "no runner binary", want: []string{exe, "run"}},
-		{name: "not executable", runner: 0o644, want: []string{exe, "run"}},
-		{name: "runner binary", runner: 0o755, want: []string{runner}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_ = os.Remove(runner)
-			if tc.runner != 0 {
-				if err := os.WriteFile(runner, nil, tc.runner); err != nil {
-					t.Fatal(err)
-				}
-			}
-			command, gotEnv := runnerBeside(exe)
-			if !slices.Equal(command, tc.want) || !slices.Equal(gotEnv, env) {
-				t.Errorf("runnerBeside = %q, %q; want %q, %q", command, gotEnv, tc.want, env)
-			}
-		})
+	if command, gotEnv := runnerBeside(exe); !slices.Equal(command, []string{exe, "run"}) || !slices.Equal(gotEnv, env) {
+		t.Errorf("without a runner binary: %q, %q", command, gotEnv)
+	}
+	runner := filepath.Join(dir, RunnerBinary)
+	if err := os.WriteFile(runner, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if command, gotEnv := runnerBeside(exe); !slices.Equal(command, []string{runner}) || !slices.Equal(gotEnv, env) {
+		t.Errorf("with a runner binary: %q, %q", command, gotEnv)
 	}
 }

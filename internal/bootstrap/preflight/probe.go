@@ -1,4 +1,4 @@
-package bootstrap
+package preflight
 
 import (
 	"context"
@@ -15,10 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
-// LabelPreflight marks the short-lived token the authentication probe mints.
-const LabelPreflight = "fulfiller.sh/preflight"
+// Label marks the short-lived token the authentication probe mints.
+const Label = "fulfiller.sh/preflight"
 
 // TokenAuthProbe checks that the API server authenticates bootstrap tokens
 // (--enable-bootstrap-token-auth), which no authorizer question can tell: it mints a token
@@ -35,11 +36,11 @@ type TokenAuthProbe struct {
 
 	mu      sync.Mutex
 	checked time.Time
-	failure *PreflightFailure
+	failure *Failure
 }
 
 // Check returns a failure when bootstrap tokens are not authenticated, nil when they are.
-func (p *TokenAuthProbe) Check(ctx context.Context, now time.Time) (*PreflightFailure, error) {
+func (p *TokenAuthProbe) Check(ctx context.Context, now time.Time) (*Failure, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ttl := p.TTL
@@ -57,14 +58,14 @@ func (p *TokenAuthProbe) Check(ctx context.Context, now time.Time) (*PreflightFa
 	return failure, nil
 }
 
-func (p *TokenAuthProbe) probe(ctx context.Context) (*PreflightFailure, error) {
-	tok, err := NewToken()
+func (p *TokenAuthProbe) probe(ctx context.Context) (*Failure, error) {
+	tok, err := bootstrap.NewToken()
 	if err != nil {
 		return nil, err
 	}
-	secret := TokenSecret(tok, TokenSecretOptions{
+	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
 		Expires: time.Now().Add(2 * time.Minute), Description: "fulfiller join preflight: is bootstrap-token authentication on?",
-		Labels: map[string]string{LabelPreflight: "true"},
+		Labels: map[string]string{Label: "true"},
 	})
 	if err := p.Client.Create(ctx, secret); err != nil {
 		return nil, fmt.Errorf("creating the preflight token: %w", err)
@@ -90,7 +91,7 @@ func (p *TokenAuthProbe) probe(ctx context.Context) (*PreflightFailure, error) {
 		case !apierrors.IsUnauthorized(err):
 			return nil, fmt.Errorf("authenticating with the preflight token: %w", err)
 		case time.Now().After(deadline):
-			return &PreflightFailure{v1alpha1.ReasonBootstrapTokenAuthDisabled,
+			return &Failure{v1alpha1.ReasonBootstrapTokenAuthDisabled,
 				"the API server refuses bootstrap tokens: machines could not join (start kube-apiserver with --enable-bootstrap-token-auth)"}, nil
 		}
 		select {

@@ -1,4 +1,4 @@
-package bootstrap
+package preflight
 
 import (
 	"context"
@@ -13,56 +13,57 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 )
 
-// PreflightFailure says why a join with a bootstrap token would fail on this cluster; Reason
+// Failure says why a join with a bootstrap token would fail on this cluster; Reason
 // is one of the JoinPreflight reasons of api/v1alpha1.
-type PreflightFailure struct {
+type Failure struct {
 	Reason  string
 	Message string
 }
 
-// Preflight checks, before any machine is bought, that the cluster lets a machine join the
+// Check checks, before any machine is bought, that the cluster lets a machine join the
 // way the fulfiller's user data asks: token discovery can read the public cluster-info, and a
-// token of DefaultGroup may create CSRs that are approved automatically (kubeadm's
+// token of bootstrap.DefaultGroup may create CSRs that are approved automatically (kubeadm's
 // bootstrapper RBAC). It asks the API server's authorizer with SubjectAccessReviews, so it
 // holds for whatever RBAC or other authorizer the cluster runs. It returns nil when a join
 // would work.
-func Preflight(ctx context.Context, c client.Client, reader client.Reader) (*PreflightFailure, error) {
+func Check(ctx context.Context, c client.Client, reader client.Reader) (*Failure, error) {
 	cm := &corev1.ConfigMap{}
 	err := reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespacePublic, Name: bootstrapapi.ConfigMapClusterInfo}, cm)
 	if apierrors.IsNotFound(err) || (err == nil && cm.Data[bootstrapapi.KubeConfigKey] == "") {
-		return &PreflightFailure{v1alpha1.ReasonClusterInfoMissing, "kube-public/cluster-info with a kubeconfig is missing: machines cannot discover the cluster with their token (kubeadm creates it)"}, nil
+		return &Failure{v1alpha1.ReasonClusterInfoMissing, "kube-public/cluster-info with a kubeconfig is missing: machines cannot discover the cluster with their token (kubeadm creates it)"}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster-info: %w", err)
 	}
 	bootstrapper := authorizationv1.SubjectAccessReviewSpec{
 		User:   bootstrapapi.BootstrapUserPrefix + "preflight",
-		Groups: []string{bootstrapapi.BootstrapDefaultGroup, DefaultGroup, "system:authenticated"},
+		Groups: []string{bootstrapapi.BootstrapDefaultGroup, bootstrap.DefaultGroup, "system:authenticated"},
 	}
 	checks := []struct {
 		spec    authorizationv1.SubjectAccessReviewSpec
 		attrs   authorizationv1.ResourceAttributes
-		failure PreflightFailure
+		failure Failure
 	}{
 		{
 			spec:  authorizationv1.SubjectAccessReviewSpec{User: "system:anonymous", Groups: []string{"system:unauthenticated"}},
 			attrs: authorizationv1.ResourceAttributes{Namespace: metav1.NamespacePublic, Verb: "get", Resource: "configmaps", Name: bootstrapapi.ConfigMapClusterInfo},
-			failure: PreflightFailure{v1alpha1.ReasonClusterInfoNotPublic,
+			failure: Failure{v1alpha1.ReasonClusterInfoNotPublic,
 				"anonymous clients may not read kube-public/cluster-info: token discovery would fail (kubeadm's Role kubeadm:bootstrap-signer-clusterinfo grants it)"},
 		},
 		{
 			spec:  bootstrapper,
 			attrs: authorizationv1.ResourceAttributes{Group: certificatesv1.GroupName, Verb: "create", Resource: "certificatesigningrequests"},
-			failure: PreflightFailure{v1alpha1.ReasonBootstrapRBACMissing,
-				"bootstrap tokens (group " + DefaultGroup + ") may not create CertificateSigningRequests: bind ClusterRole system:node-bootstrapper to that group (kubeadm:kubelet-bootstrap)"},
+			failure: Failure{v1alpha1.ReasonBootstrapRBACMissing,
+				"bootstrap tokens (group " + bootstrap.DefaultGroup + ") may not create CertificateSigningRequests: bind ClusterRole system:node-bootstrapper to that group (kubeadm:kubelet-bootstrap)"},
 		},
 		{
 			spec:  bootstrapper,
 			attrs: authorizationv1.ResourceAttributes{Group: certificatesv1.GroupName, Verb: "create", Resource: "certificatesigningrequests", Subresource: "nodeclient"},
-			failure: PreflightFailure{v1alpha1.ReasonCSRAutoApprovalMissing,
-				"kubelet CSRs of bootstrap tokens (group " + DefaultGroup + ") would not be approved: bind ClusterRole system:certificates.k8s.io:certificatesigningrequests:nodeclient to that group (kubeadm:node-autoapprove-bootstrap)"},
+			failure: Failure{v1alpha1.ReasonCSRAutoApprovalMissing,
+				"kubelet CSRs of bootstrap tokens (group " + bootstrap.DefaultGroup + ") would not be approved: bind ClusterRole system:certificates.k8s.io:certificatesigningrequests:nodeclient to that group (kubeadm:node-autoapprove-bootstrap)"},
 		},
 	}
 	for _, chk := range checks {
