@@ -6,7 +6,8 @@
 # The provisioners run "$FULFILLER_BINARY" (the runner exports the fulfiller binary that
 # started it, or its own). The credentials reach `fulfiller robot` through the runner's
 # environment (the class's spec.credentials: HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY),
-# never through this configuration. Values reach the shell through `environment`, never the command text.
+# never through this configuration. Values reach the shell through `environment`, never the
+# command text.
 
 locals {
   p = merge({

@@ -5,9 +5,9 @@
 # The provisioners run the simulated machine's binary: fulfiller-sim when it lies beside
 # "$FULFILLER_BINARY", else "$FULFILLER_BINARY sim" (the runner exports the fulfiller binary
 # that started it, or its own: it must be the development binary, fulfiller-dev, which has
-# `sim`). Values reach the shell
-# through `environment`, never through the command text, so that the command tofu prints and
-# puts in error messages carries neither the user data nor the simulated error codes.
+# `sim`). Values reach the shell through `environment`, never through the command text, so
+# that the command tofu prints and puts in error messages carries neither the user data nor
+# the simulated error codes.
 
 locals {
   parameters = merge({
