@@ -37,19 +37,12 @@ type phaseRunner struct {
 	job bool
 }
 
-// command is how the runner is started, with the FULFILLER_BINARY of its provisioners.
-func (rn phaseRunner) command() ([]string, string) {
-	if !rn.job {
-		if runner := filepath.Join(filepath.Dir(rn.build.bin), executor.RunnerBinary); fileExists(runner) {
-			return []string{runner}, rn.build.bin
-		}
+// command is how the runner is started, and the environment the starter adds.
+func (rn phaseRunner) command() ([]string, []string) {
+	if rn.job {
+		return []string{rn.build.bin, "run"}, []string{tfrunner.BinaryEnv + "=" + rn.build.bin}
 	}
-	return []string{rn.build.bin, "run"}, rn.build.bin
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
+	return executor.RunnerBeside(rn.build.bin)
 }
 
 // runMeasure is what one run cost, seen from its parent and reported by the runner.
@@ -155,10 +148,10 @@ func measureRun(b *testing.B, ctx context.Context, rn phaseRunner, req tfrunner.
 		b.Fatal(err)
 	}
 	defer logFile.Close()
-	command, fulfiller := rn.command()
+	command, env := rn.command()
 	cmd := exec.CommandContext(ctx, command[0], append(command[1:], "--request", reqPath, "--remove-request")...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = req.WorkDir, logFile, logFile
-	cmd.Env = append(os.Environ(), tfrunner.BinaryEnv+"="+fulfiller)
+	cmd.Env = append(os.Environ(), env...)
 	start := time.Now()
 	runErr := cmd.Run()
 	wall := time.Since(start)

@@ -23,12 +23,12 @@ import (
 // types (hcloud-go/v2/hcloud/schema): the hcloud package itself links the standard library's
 // testing package (v2.52.0 hcloud/testing.go), which the controller binary must not carry.
 
-// The environment a class's credentials give its runs, and the API's address by default:
-// the runner's error rules (hcloudrules, which link no Kubernetes client) define them.
+// The environment a class's credentials give its runs, the token and the API's address
+// (hcloudrules.Endpoint): the runner's error rules, which link no Kubernetes client, define
+// them.
 const (
-	EnvToken        = hcloudrules.EnvToken
-	EnvEndpoint     = hcloudrules.EnvEndpoint
-	DefaultEndpoint = hcloudrules.DefaultEndpoint
+	EnvToken    = hcloudrules.EnvToken
+	EnvEndpoint = hcloudrules.EnvEndpoint
 )
 
 // apiTimeout bounds one family call to the API; perPage is the most items a page holds.
@@ -49,11 +49,7 @@ func newAPI(s family.Scope) (*api, error) {
 	if token == "" {
 		return nil, family.Errorf(v1alpha1.ReasonInvalidCredentials, "the class's credentials have no %s", EnvToken)
 	}
-	endpoint := strings.TrimSuffix(s.Env[EnvEndpoint], "/")
-	if endpoint == "" {
-		endpoint = DefaultEndpoint
-	}
-	return &api{endpoint: endpoint, token: token, http: &http.Client{Timeout: apiTimeout}}, nil
+	return &api{endpoint: hcloudrules.Endpoint(s.Env), token: token, http: &http.Client{Timeout: apiTimeout}}, nil
 }
 
 // apiError is an error answer of the API: its code (unauthorized, forbidden,
@@ -94,12 +90,10 @@ func (a *api) do(ctx context.Context, method, path string, query url.Values) ([]
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	req, err := hcloudrules.NewRequest(ctx, method, target, a.token)
 	if err != nil {
 		return nil, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	req.Header.Set("User-Agent", "fulfiller")
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return nil, nil, err

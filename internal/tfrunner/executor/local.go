@@ -197,13 +197,13 @@ func (e *Local) command() ([]string, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("finding the runner binary: %w", err)
 	}
-	command, env := runnerBeside(exe)
+	command, env := RunnerBeside(exe)
 	return command, env, nil
 }
 
-// runnerBeside is the runner for the binary exe: RunnerBinary when it lies beside exe, else
+// RunnerBeside is the runner for the binary exe: RunnerBinary when it lies beside exe, else
 // `exe run`; the runner gets exe as FULFILLER_BINARY either way.
-func runnerBeside(exe string) ([]string, []string) {
+func RunnerBeside(exe string) ([]string, []string) {
 	env := []string{tfrunner.BinaryEnv + "=" + exe}
 	if runner, ok := proc.Beside(exe, RunnerBinary); ok {
 		return []string{runner}, env

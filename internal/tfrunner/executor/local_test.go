@@ -279,14 +279,14 @@ func TestRunnerBeside(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "fulfiller-dev")
 	env := []string{"FULFILLER_BINARY=" + exe}
-	if command, gotEnv := runnerBeside(exe); !slices.Equal(command, []string{exe, "run"}) || !slices.Equal(gotEnv, env) {
+	if command, gotEnv := RunnerBeside(exe); !slices.Equal(command, []string{exe, "run"}) || !slices.Equal(gotEnv, env) {
 		t.Errorf("without a runner binary: %q, %q", command, gotEnv)
 	}
 	runner := filepath.Join(dir, RunnerBinary)
 	if err := os.WriteFile(runner, nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if command, gotEnv := runnerBeside(exe); !slices.Equal(command, []string{runner}) || !slices.Equal(gotEnv, env) {
+	if command, gotEnv := RunnerBeside(exe); !slices.Equal(command, []string{runner}) || !slices.Equal(gotEnv, env) {
 		t.Errorf("with a runner binary: %q, %q", command, gotEnv)
 	}
 }

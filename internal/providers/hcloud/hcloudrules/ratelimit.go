@@ -42,16 +42,10 @@ func (Rules) RetryAfter(ctx context.Context, errs []tfrunner.Diagnostic, env map
 	if !limited || env[EnvToken] == "" {
 		return time.Time{}, false
 	}
-	endpoint := strings.TrimSuffix(env[EnvEndpoint], "/")
-	if endpoint == "" {
-		endpoint = DefaultEndpoint
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/servers?per_page=1", nil)
+	req, err := NewRequest(ctx, http.MethodGet, Endpoint(env)+"/servers?per_page=1", env[EnvToken])
 	if err != nil {
 		return time.Time{}, false
 	}
-	req.Header.Set("Authorization", "Bearer "+env[EnvToken])
-	req.Header.Set("User-Agent", "fulfiller")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return time.Time{}, false
@@ -62,4 +56,24 @@ func (Rules) RetryAfter(ctx context.Context, errs []tfrunner.Diagnostic, env map
 		return time.Time{}, false
 	}
 	return time.Unix(reset, 0), true
+}
+
+// Endpoint is the API's address that env gives (EnvEndpoint), DefaultEndpoint when none.
+func Endpoint(env map[string]string) string {
+	if endpoint := strings.TrimSuffix(env[EnvEndpoint], "/"); endpoint != "" {
+		return endpoint
+	}
+	return DefaultEndpoint
+}
+
+// NewRequest is a request to the API at target (an Endpoint and a path) with token, as the
+// family and the runner's rules make them.
+func NewRequest(ctx context.Context, method, target, token string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("User-Agent", "fulfiller")
+	return req, nil
 }
