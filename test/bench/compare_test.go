@@ -139,14 +139,18 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 	n := rounds(1)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		// kwok, this tree's fulfiller and the baseline's, per case.
-		results := map[string][3][]burstResult{}
+		// kwok, this tree's fulfiller, the baseline's and the floor of a run per claim, per
+		// case.
+		results := map[string][4][]burstResult{}
 		for r := 0; r < n; r++ {
 			for _, c := range cases {
 				run := filepath.Join(dir, fmt.Sprintf("%s-%d-%d", c.name, i, r))
 				got := results[c.name]
-				k := burstKwok(b, ctx, filepath.Join(run, "kwok"), c)
+				k := burstKwok(b, ctx, filepath.Join(run, "kwok"), c, nil)
 				b.Logf("%s round %d: kwok %s", c.name, r+1, k.summary())
+				fl := burstKwok(b, ctx, filepath.Join(run, "floor"), c, &this)
+				b.Logf("%s round %d: floor (kwok and a run per claim) %s", c.name, r+1, fl.summary())
+				got[3] = append(got[3], fl)
 				f := burstFulfiller(b, ctx, this, filepath.Join(run, "fulfiller"), c)
 				b.Logf("%s round %d: fulfiller %s", c.name, r+1, f.summary())
 				got[0], got[1] = append(got[0], k), append(got[1], f)
@@ -160,11 +164,11 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 		}
 		b.StopTimer()
 		var table strings.Builder
-		table.WriteString("| burst | all pods bound, fulfiller/kwok | create→Launched p50/p90/p99, fulfiller/kwok | Create p50/p90/p99 (fulfiller) | last node registered, fulfiller/kwok | peak memory, fulfiller/kwok |")
+		table.WriteString("| burst | all pods bound, fulfiller/kwok | floor: kwok and a run per claim, /kwok | create→Launched p50/p90/p99, fulfiller/kwok | Create p50/p90/p99 (fulfiller) | last node registered, fulfiller/kwok | peak memory, fulfiller/kwok |")
 		if baseline.bin != "" {
-			table.WriteString(" all pods bound, " + rev + "/kwok |\n|---|---|---|---|---|---|---|\n")
+			table.WriteString(" all pods bound, " + rev + "/kwok |\n|---|---|---|---|---|---|---|---|\n")
 		} else {
-			table.WriteString("\n|---|---|---|---|---|---|\n")
+			table.WriteString("\n|---|---|---|---|---|---|---|\n")
 		}
 		for _, c := range cases {
 			k, f := merge(results[c.name][0]), merge(results[c.name][1])
@@ -172,8 +176,14 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 			b.ReportMetric(ratio, c.name+"-bound-ratio")
 			b.ReportMetric(float64(f.peakRSS)/float64(k.peakRSS), c.name+"-memory-ratio")
 			kl, fl := quantiles(k.launched), quantiles(f.launched)
-			fmt.Fprintf(&table, "| %d nodes, create %s, boot %s | %.2f× (%s / %s) | %s | %s | %.2f× (%s / %s) | %.2f× (%d / %d MiB) |",
-				c.nodes, c.create, c.boot, ratio, round(f.bound), round(k.bound),
+			floor := "–"
+			if fls := results[c.name][3]; len(fls) > 0 {
+				fb := merge(fls).bound
+				b.ReportMetric(float64(fb)/float64(k.bound), c.name+"-floor-bound-ratio")
+				floor = fmt.Sprintf("%.2f× (%s)", float64(fb)/float64(k.bound), round(fb))
+			}
+			fmt.Fprintf(&table, "| %d nodes, create %s, boot %s | %.2f× (%s / %s) | %s | %s | %s | %.2f× (%s / %s) | %.2f× (%d / %d MiB) |",
+				c.nodes, c.create, c.boot, ratio, round(f.bound), round(k.bound), floor,
 				ratios(fl, kl), createDurations(f.create, f.createMax),
 				float64(maxOf(f.registered))/float64(maxOf(k.registered)), round(maxOf(f.registered)), round(maxOf(k.registered)),
 				float64(f.peakRSS)/float64(k.peakRSS), f.peakRSS>>20, k.peakRSS>>20)
@@ -186,7 +196,11 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 		}
 		table.WriteString("\nCPU from the burst until the last claim registered (medians):\n")
 		for _, c := range cases {
-			fmt.Fprintf(&table, "- %s: kwok %s; fulfiller %s\n", c.name, merge(results[c.name][0]).cpu, merge(results[c.name][1]).cpu)
+			fmt.Fprintf(&table, "- %s: kwok %s; fulfiller %s", c.name, merge(results[c.name][0]).cpu, merge(results[c.name][1]).cpu)
+			if fls := results[c.name][3]; len(fls) > 0 {
+				fmt.Fprintf(&table, "; floor %s", merge(fls).cpu)
+			}
+			table.WriteString("\n")
 		}
 		b.Logf("fulfiller (local executor) versus Karpenter's kwok provider, medians of %d round(s), load %s:\n%s", n, loadAverage(), table.String())
 		b.StartTimer()
@@ -194,7 +208,11 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 }
 
 // burstKwok runs one burst on a fresh kwok environment.
-func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase) burstResult {
+//
+// With floor, the burst is the floor of a run per claim (floorRuns): build's runner applies a
+// module that makes nothing for each claim as it appears. Its pods count as bound once the
+// last run has ended too, and the runs' CPU is the role runs.
+func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase, floor *fulfillerBuild) burstResult {
 	b.Helper()
 	env, err := startKwok(ctx, dir, c.create+c.boot)
 	if err != nil {
@@ -205,8 +223,33 @@ func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase) burst
 	if err := env.kube.Create(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	res := burst(b, ctx, env.kube, env.cp.Config, dir, c.nodes)
+	var runs *floorRuns
+	var onSeen func(string)
+	if floor != nil {
+		if runs, err = newFloorRuns(ctx, *floor, filepath.Join(dir, "floor"), env.cp.Kubeconfig, c); err != nil {
+			b.Fatal(err)
+		}
+		defer runs.close()
+		onSeen = func(claim string) { runs.start(ctx, claim) }
+	}
+	res := burst(b, ctx, env.kube, env.cp.Config, dir, c.nodes, onSeen)
 	res.peakRSS = peakRSS(env.karpenter.pid())
+	if runs != nil {
+		cpu, lastNode, err := runs.wait(res.start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res.bound = max(res.bound, lastNode)
+		if runs.hcloud != nil {
+			for _, srv := range runs.hcloud.Servers() {
+				if srv.Created.After(res.start) { // not the warm-up's
+					res.serversCreated = append(res.serversCreated, srv.Created.Sub(res.start))
+				}
+			}
+		}
+		res.registered = append(res.registered, lastNode)
+		res.cpu.byRole[roleRuns] = cpu
+	}
 	return res
 }
 
@@ -261,7 +304,7 @@ func burstFulfiller(b *testing.B, ctx context.Context, build fulfillerBuild, dir
 	}); err != nil {
 		b.Fatal(err)
 	}
-	res := burst(b, ctx, kube, cfg, dir, c.nodes)
+	res := burst(b, ctx, kube, cfg, dir, c.nodes, nil)
 	fulfillments := &v1alpha1.FulfillmentList{}
 	if err := kube.List(ctx, fulfillments); err != nil {
 		b.Fatal(err)
@@ -340,11 +383,12 @@ func benchNodePool(class karpv1.NodeClassReference) *karpv1.NodePool {
 }
 
 // burst creates a Deployment of nodes pods that each need a node and waits until every pod is
-// bound, watching the NodeClaims meanwhile, and then until every claim is registered; it
-// measures the CPU of the environment in dir over that time.
-func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Config, dir string, nodes int) burstResult {
+// bound, watching the NodeClaims meanwhile (onSeen, when set, hears of each new claim), and
+// then until every claim is registered; it measures the CPU of the environment in dir over
+// that time.
+func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Config, dir string, nodes int, onSeen func(string)) burstResult {
 	b.Helper()
-	w, err := watchClaims(ctx, cfg)
+	w, err := watchClaims(ctx, cfg, onSeen)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -377,19 +421,21 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 // claimWatch records when a watch on NodeClaims saw each claim appear, launch and register.
 // A watch the API server ends is made again (a new watch lists every claim as added).
 type claimWatch struct {
+	// onSeen, when set, is called with each claim's name when the watch first sees it.
+	onSeen                     func(name string)
 	cancel                     context.CancelFunc
 	done                       chan struct{}
 	mu                         sync.Mutex
 	seen, launched, registered map[string]time.Time
 }
 
-func watchClaims(ctx context.Context, cfg *rest.Config) (*claimWatch, error) {
+func watchClaims(ctx context.Context, cfg *rest.Config, onSeen func(string)) (*claimWatch, error) {
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	cw := &claimWatch{cancel: cancel, done: make(chan struct{}),
+	cw := &claimWatch{onSeen: onSeen, cancel: cancel, done: make(chan struct{}),
 		seen: map[string]time.Time{}, launched: map[string]time.Time{}, registered: map[string]time.Time{}}
 	w, err := c.Watch(ctx, &karpv1.NodeClaimList{})
 	if err != nil {
@@ -419,9 +465,17 @@ func watchClaims(ctx context.Context, cfg *rest.Config) (*claimWatch, error) {
 }
 
 func (cw *claimWatch) observe(nc *karpv1.NodeClaim, now time.Time) {
+	if cw.record(nc, now) && cw.onSeen != nil {
+		cw.onSeen(nc.Name)
+	}
+}
+
+// record notes what the claim shows, and reports whether it is the first sight of it.
+func (cw *claimWatch) record(nc *karpv1.NodeClaim, now time.Time) bool {
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
-	if _, ok := cw.seen[nc.Name]; !ok {
+	_, seen := cw.seen[nc.Name]
+	if !seen {
 		cw.seen[nc.Name] = now
 	}
 	for cond, at := range map[string]map[string]time.Time{karpv1.ConditionTypeLaunched: cw.launched, karpv1.ConditionTypeRegistered: cw.registered} {
@@ -429,6 +483,7 @@ func (cw *claimWatch) observe(nc *karpv1.NodeClaim, now time.Time) {
 			at[nc.Name] = now
 		}
 	}
+	return !seen
 }
 
 func (cw *claimWatch) allRegistered() bool {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,6 +36,10 @@ type phaseRunner struct {
 	// job runs the runner as a runner Job does: the image's binary, `fulfiller run`. Else
 	// as the local executor does: the runner binary beside the development binary.
 	job bool
+	// env is more environment for the runner; nice its niceness, as the local executor's
+	// (executor.LocalRunNice), which tofu and its children inherit.
+	env  []string
+	nice int
 }
 
 // command is how the runner is started, and the environment the starter adds.
@@ -136,29 +141,53 @@ func BenchmarkRunPhases(b *testing.B) {
 // measureRun runs one request to its end as the local executor would and measures it.
 func measureRun(b *testing.B, ctx context.Context, rn phaseRunner, req tfrunner.Request) runMeasure {
 	b.Helper()
-	if err := os.MkdirAll(req.WorkDir, 0o700); err != nil {
+	m, err := runOnce(ctx, rn, req)
+	if err != nil {
 		b.Fatal(err)
+	}
+	return m
+}
+
+// runOnce runs one request to its end as the local executor would and measures it; a run
+// that did not succeed is an error, with its log.
+func runOnce(ctx context.Context, rn phaseRunner, req tfrunner.Request) (runMeasure, error) {
+	if err := os.MkdirAll(req.WorkDir, 0o700); err != nil {
+		return runMeasure{}, err
 	}
 	reqPath := filepath.Join(req.WorkDir, tfrunner.RequestFileName)
 	if err := tfrunner.WriteRequest(reqPath, req); err != nil {
-		b.Fatal(err)
+		return runMeasure{}, err
 	}
 	logFile, err := os.Create(filepath.Join(req.WorkDir, executor.LogFileName))
 	if err != nil {
-		b.Fatal(err)
+		return runMeasure{}, err
 	}
 	defer logFile.Close()
 	command, env := rn.command()
 	cmd := exec.CommandContext(ctx, command[0], append(command[1:], "--request", reqPath, "--remove-request")...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = req.WorkDir, logFile, logFile
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), env...), rn.env...)
+	if rn.nice != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	start := time.Now()
-	runErr := cmd.Run()
+	runErr := cmd.Start()
+	if runErr == nil && rn.nice != 0 {
+		// The runner leads its own process group: the whole group, as the local executor does.
+		if err := syscall.Setpriority(syscall.PRIO_PGRP, cmd.Process.Pid, rn.nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return runMeasure{}, fmt.Errorf("setting the runner's niceness: %w", err)
+		}
+	}
+	if runErr == nil {
+		runErr = cmd.Wait()
+	}
 	wall := time.Since(start)
 	res, err := tfrunner.ReadResult(filepath.Join(req.WorkDir, tfrunner.ResultFileName))
 	if err != nil || !res.Succeeded {
 		log, _ := os.ReadFile(filepath.Join(req.WorkDir, executor.LogFileName))
-		b.Fatalf("run %s: %v %v %+v\n%s", req.Name, runErr, err, res.Error, log)
+		return runMeasure{}, fmt.Errorf("run %s: %v %v %+v\n%s", req.Name, runErr, err, res.Error, log)
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	m := runMeasure{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), phases: res.Phases}
@@ -174,7 +203,7 @@ func measureRun(b *testing.B, ctx context.Context, rn phaseRunner, req tfrunner.
 		runCPU += p.CPU
 	}
 	m.phases = append(m.phases, tfrunner.Phase{Name: "result", Wall: max(wall-m.phaseWall(), 0), CPU: max(m.cpu-startCPU-runCPU, 0)})
-	return m
+	return m, nil
 }
 
 func (m runMeasure) phaseWall() time.Duration {
