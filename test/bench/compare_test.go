@@ -113,8 +113,8 @@ type burstResult struct {
 }
 
 // BenchmarkBurstVersusKwok compares the fulfiller with Karpenter's own kwok provider, in one
-// session and interleaved (kwok, fulfiller, kwok, fulfiller, ...) so that the machine's load
-// hits both alike. Each burst gets a fresh control plane of the same binaries; the workload
+// session and interleaved (kwok, the floor, fulfiller, kwok, the floor, fulfiller, ...) so
+// that the machine's load hits them alike. Each burst gets a fresh control plane of the same binaries; the workload
 // is the same Deployment (devenv.Workload) of pods that each need a node of their own. kwok
 // models boot by its NodeClass's nodeRegistrationDelay (its Node appears that long after
 // Create), the fulfiller by modules/sim's boot_delay (the simulated machine joins that long
@@ -124,8 +124,10 @@ type burstResult struct {
 // Reported per case, as ratios fulfiller/kwok: the time until every pod was bound, the
 // claims' create→Launched latency (p50/p90/p99) and the controllers' peak memory; and the
 // fulfiller's Create latency from karpenter_cloudprovider_duration_seconds (kwok's main does
-// not decorate its provider with these metrics). With BENCH_BASELINE_REV, that revision's
-// fulfiller runs each burst too, after this tree's. Nothing is asserted on timing.
+// not decorate its provider with these metrics); and the floor of a run per claim
+// (floorRuns: kwok's burst with one real run per claim beside it) as a ratio to kwok. With
+// BENCH_BASELINE_REV, that revision's fulfiller runs each burst too, after this tree's.
+// Nothing is asserted on timing.
 func BenchmarkBurstVersusKwok(b *testing.B) {
 	ctx := ctxFor(b, 3*time.Hour)
 	dir := b.TempDir()
