@@ -110,12 +110,16 @@ type burstResult struct {
 	// claimsCreated: when the watch saw each claim, from start; appliesStarted: when each
 	// Fulfillment's first apply started (status.stages.applyStarted, to the second).
 	claimsCreated, appliesStarted []time.Duration
+	// lastNode, in a burst of the floor, is the earliest the last node made by its runs could
+	// register, from start.
+	lastNode time.Duration
 }
 
 // BenchmarkBurstVersusKwok compares the fulfiller with Karpenter's own kwok provider, in one
-// session and interleaved (kwok, fulfiller, kwok, fulfiller, ...) so that the machine's load
-// hits both alike. Each burst gets a fresh control plane of the same binaries; the workload
-// is the same Deployment (devenv.Workload) of pods that each need a node of their own. kwok
+// session and interleaved (kwok, the floor, fulfiller, kwok, the floor, fulfiller, ...) so
+// that the machine's load hits them alike. Each burst gets a fresh control plane of the same
+// binaries; the workload is the same Deployment (devenv.Workload) of pods that each need a
+// node of their own. kwok
 // models boot by its NodeClass's nodeRegistrationDelay (its Node appears that long after
 // Create), the fulfiller by modules/sim's boot_delay (the simulated machine joins that long
 // after its power-on) with the local executor; the Hetzner-like case runs
@@ -124,8 +128,10 @@ type burstResult struct {
 // Reported per case, as ratios fulfiller/kwok: the time until every pod was bound, the
 // claims' create→Launched latency (p50/p90/p99) and the controllers' peak memory; and the
 // fulfiller's Create latency from karpenter_cloudprovider_duration_seconds (kwok's main does
-// not decorate its provider with these metrics). With BENCH_BASELINE_REV, that revision's
-// fulfiller runs each burst too, after this tree's. Nothing is asserted on timing.
+// not decorate its provider with these metrics); and the floor of a run per claim
+// (floorRuns: kwok's burst with one real run per claim beside it) as a ratio to kwok. With
+// BENCH_BASELINE_REV, that revision's fulfiller runs each burst too, after this tree's.
+// Nothing is asserted on timing.
 func BenchmarkBurstVersusKwok(b *testing.B) {
 	ctx := ctxFor(b, 3*time.Hour)
 	dir := b.TempDir()
@@ -209,9 +215,10 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 
 // burstKwok runs one burst on a fresh kwok environment.
 //
-// With floor, the burst is the floor of a run per claim (floorRuns): build's runner applies a
-// module that makes nothing for each claim as it appears. Its pods count as bound once the
-// last run has ended too, and the runs' CPU is the role runs.
+// With floor, the burst is the floor of a run per claim (floorRuns): build's runner applies
+// the case's module for each claim as it appears. Its pods count as bound no earlier than
+// the last node made by the runs could register (lastNode), and the runs' CPU is the role
+// runs.
 func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase, floor *fulfillerBuild) burstResult {
 	b.Helper()
 	env, err := startKwok(ctx, dir, c.create+c.boot)
@@ -247,7 +254,7 @@ func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase, floor
 				}
 			}
 		}
-		res.registered = append(res.registered, lastNode)
+		res.lastNode = lastNode
 		res.cpu.byRole[roleRuns] = cpu
 	}
 	return res
@@ -709,6 +716,9 @@ func (r burstResult) summary() string {
 	timeline := fmt.Sprintf("; claims created %s–%s", round(minOf(r.claimsCreated)), round(maxOf(r.claimsCreated)))
 	if len(r.appliesStarted) > 0 {
 		timeline += fmt.Sprintf(", applies started %s–%s (to the second)", round(minOf(r.appliesStarted)), round(maxOf(r.appliesStarted)))
+	}
+	if r.lastNode > 0 {
+		timeline += fmt.Sprintf("; the runs' last node could register %s after the burst at the earliest", round(r.lastNode))
 	}
 	if len(r.serversCreated) > 0 {
 		timeline += fmt.Sprintf("; %d servers created (POST /servers answered) from %s to %s after the burst", len(r.serversCreated),
