@@ -13,7 +13,6 @@ import (
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -95,11 +94,11 @@ func newFloorRuns(ctx context.Context, build fulfillerBuild, dir, kubeconfig str
 		slots: make(chan struct{}, machine.Max()),
 	}
 	if c.hetzner {
-		rc := filepath.Join(filepath.Dir(controlplane.ToolsBin()), "tofurc")
-		if _, err := os.Stat(rc); err != nil {
-			return nil, fmt.Errorf("the providers' CLI configuration (hack/tools.sh writes it): %w", err)
+		rcEnv, err := providersEnv()
+		if err != nil {
+			return nil, err
 		}
-		f.runner.env = []string{tfrunner.TofuEnvPrefix + "TF_CLI_CONFIG_FILE=" + rc}
+		f.runner.env = []string{rcEnv}
 		f.module = filepath.Join(build.modules(), "hetzner-cloud")
 		if f.hcloud, err = standin.Start(standin.Options{CreateDuration: c.create}); err != nil {
 			return nil, err
