@@ -246,13 +246,7 @@ func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase, floor
 			b.Fatal(err)
 		}
 		res.bound = max(res.bound, lastNode)
-		if runs.hcloud != nil {
-			for _, srv := range runs.hcloud.Servers() {
-				if srv.Created.After(res.start) { // not the warm-up's
-					res.serversCreated = append(res.serversCreated, srv.Created.Sub(res.start))
-				}
-			}
-		}
+		res.serversCreated = runs.serversCreated(res.start)
 		res.lastNode = lastNode
 		res.cpu.byRole[roleRuns] = cpu
 	}

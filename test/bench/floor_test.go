@@ -135,9 +135,11 @@ func (f *floorRuns) request(claim string) tfrunner.Request {
 		TofuPath: f.tofu,
 	}
 	if f.hcloud != nil {
-		// hetznerNodeClass's server type, location and variables.
-		req.Variables[tfrunner.VarNodeType], req.Variables[tfrunner.VarZone] = "cx23", "fsn1"
-		req.Variables[tfrunner.VarParameters] = map[string]string{"cluster": "bench"}
+		// The server type, location and variables of the fulfiller's class in this case.
+		class := hetznerNodeClass(nil)
+		nt := class.Spec.NodeTypes[0]
+		req.Variables[tfrunner.VarNodeType], req.Variables[tfrunner.VarZone] = nt.Name, nt.Offerings[0].Zone
+		req.Variables[tfrunner.VarParameters] = class.Spec.Variables
 		req.Env["HCLOUD_TOKEN"], req.Env["HCLOUD_ENDPOINT"] = f.hcloud.Token(), f.hcloud.Endpoint()
 	}
 	return req
@@ -183,17 +185,26 @@ func (f *floorRuns) wait(start time.Time) (cpu, lastNode time.Duration, err erro
 	}
 	// In the modules/sim cases a machine powers on when its resource is created (modules/sim
 	// starts it in the resource's provisioner).
-	powerOn := f.lastCreated
+	powerOn := f.lastCreated.Sub(start)
 	if f.hcloud != nil {
-		powerOn = time.Time{}
-		for _, srv := range f.hcloud.Servers() {
-			if srv.Created.After(powerOn) && srv.Created.After(start) {
-				powerOn = srv.Created
-			}
-		}
-		powerOn = powerOn.Add(f.c.create)
+		powerOn = maxOf(f.serversCreated(start)) + f.c.create
 	}
-	return f.cpu, powerOn.Sub(start) + f.c.boot, nil
+	return f.cpu, powerOn + f.c.boot, nil
+}
+
+// serversCreated is when the stand-in created each server of the burst that began at start
+// (POST /servers answered), from start; nil without a stand-in.
+func (f *floorRuns) serversCreated(start time.Time) []time.Duration {
+	if f.hcloud == nil {
+		return nil
+	}
+	var out []time.Duration
+	for _, srv := range f.hcloud.Servers() {
+		if srv.Created.After(start) { // not the warm-up's
+			out = append(out, srv.Created.Sub(start))
+		}
+	}
+	return out
 }
 
 // resourceCreated is when the first resource of a run was created: the timestamp of the
