@@ -35,8 +35,8 @@ import (
 // made by the runs could register: the last machine's power-on (when a run created its
 // resource, or when the last server's create action ended) plus the boot. Where runs use the
 // CPU throughout (modules/sim), the order they start in changes little, and a burst of the
-// floor bounds from below what a provider that applies a module per claim can reach on this
-// machine. Where runs wait (the Hetzner-like case), another order can come out ahead of the
+// floor is, within the rounds' spread, the best a provider that applies a module per claim
+// can reach on this machine. Where runs wait (the Hetzner-like case), another order can come out ahead of the
 // floor's (every run as its claim appears), so there it is an estimate, not a bound.
 
 // floorModule is the module of the floor's runs in the modules/sim cases: one resource in the
