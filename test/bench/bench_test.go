@@ -17,7 +17,9 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // root is the repository root.
@@ -101,4 +103,15 @@ func ctxFor(b *testing.B, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	b.Cleanup(cancel)
 	return ctx
+}
+
+// providersEnv is the runner's environment entry that gives tofu the tools' CLI
+// configuration (controlplane.TofuRC), so that providers come from the tools' mirror: a
+// runner passes its FULFILLER_TOFU_ENV_* variables on to tofu without the prefix.
+func providersEnv() (string, error) {
+	rc, err := controlplane.TofuRC()
+	if err != nil {
+		return "", err
+	}
+	return tfrunner.TofuEnvPrefix + "TF_CLI_CONFIG_FILE=" + rc, nil
 }

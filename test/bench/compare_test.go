@@ -26,7 +26,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
@@ -247,13 +246,7 @@ func burstKwok(b *testing.B, ctx context.Context, dir string, c burstCase, floor
 			b.Fatal(err)
 		}
 		res.bound = max(res.bound, lastNode)
-		if runs.hcloud != nil {
-			for _, srv := range runs.hcloud.Servers() {
-				if srv.Created.After(res.start) { // not the warm-up's
-					res.serversCreated = append(res.serversCreated, srv.Created.Sub(res.start))
-				}
-			}
-		}
+		res.serversCreated = runs.serversCreated(res.start)
 		res.lastNode = lastNode
 		res.cpu.byRole[roleRuns] = cpu
 	}
@@ -266,14 +259,11 @@ func burstFulfiller(b *testing.B, ctx context.Context, build fulfillerBuild, dir
 	var extraEnv []string
 	var hcloud *standin.StandIn
 	if c.hetzner {
-		rc := filepath.Join(filepath.Dir(controlplane.ToolsBin()), "tofurc")
-		if _, err := os.Stat(rc); err != nil {
-			b.Fatalf("the providers' CLI configuration (hack/tools.sh writes it): %v", err)
+		rcEnv, err := providersEnv()
+		if err != nil {
+			b.Fatal(err)
 		}
-		// The runners pass FULFILLER_TOFU_ENV_* on to tofu: the hcloud provider comes from
-		// the tools' mirror.
-		extraEnv = append(extraEnv, "FULFILLER_TOFU_ENV_TF_CLI_CONFIG_FILE="+rc)
-		var err error
+		extraEnv = append(extraEnv, rcEnv)
 		hcloud, err = standin.Start(standin.Options{
 			CreateDuration: c.create,
 			Machines:       &standin.SimMachines{Dir: filepath.Join(dir, "hcloud-machines"), Binary: sim.CommandBeside(build.bin), BootDelay: c.boot},

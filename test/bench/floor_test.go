@@ -13,7 +13,6 @@ import (
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -34,9 +33,11 @@ import (
 // run, and kwok's Nodes do not wait for the runs: the runs only take CPU from Karpenter, the
 // API server and kwok. The floor's last node is the later of kwok's and the earliest a node
 // made by the runs could register: the last machine's power-on (when a run created its
-// resource, or when the last server's create action ended) plus the boot. So a burst of the
-// floor bounds from below what any provider that applies a module per claim can reach on
-// this machine.
+// resource, or when the last server's create action ended) plus the boot. Where runs use the
+// CPU throughout (modules/sim), the order they start in changes little, and a burst of the
+// floor is, within the rounds' spread, the best a provider that applies a module per claim
+// can reach on this machine. Where runs wait (the Hetzner-like case), another order can come out ahead of the
+// floor's (every run as its claim appears), so there it is an estimate, not a bound.
 
 // floorModule is the module of the floor's runs in the modules/sim cases: one resource in the
 // state, and the outputs a run of an apply must report.
@@ -95,11 +96,11 @@ func newFloorRuns(ctx context.Context, build fulfillerBuild, dir, kubeconfig str
 		slots: make(chan struct{}, machine.Max()),
 	}
 	if c.hetzner {
-		rc := filepath.Join(filepath.Dir(controlplane.ToolsBin()), "tofurc")
-		if _, err := os.Stat(rc); err != nil {
-			return nil, fmt.Errorf("the providers' CLI configuration (hack/tools.sh writes it): %w", err)
+		rcEnv, err := providersEnv()
+		if err != nil {
+			return nil, err
 		}
-		f.runner.env = []string{tfrunner.TofuEnvPrefix + "TF_CLI_CONFIG_FILE=" + rc}
+		f.runner.env = []string{rcEnv}
 		f.module = filepath.Join(build.modules(), "hetzner-cloud")
 		if f.hcloud, err = standin.Start(standin.Options{CreateDuration: c.create}); err != nil {
 			return nil, err
@@ -136,9 +137,11 @@ func (f *floorRuns) request(claim string) tfrunner.Request {
 		TofuPath: f.tofu,
 	}
 	if f.hcloud != nil {
-		// hetznerNodeClass's server type, location and variables.
-		req.Variables[tfrunner.VarNodeType], req.Variables[tfrunner.VarZone] = "cx23", "fsn1"
-		req.Variables[tfrunner.VarParameters] = map[string]string{"cluster": "bench"}
+		// The server type, location and variables of the fulfiller's class in this case.
+		class := hetznerNodeClass(nil)
+		nt := class.Spec.NodeTypes[0]
+		req.Variables[tfrunner.VarNodeType], req.Variables[tfrunner.VarZone] = nt.Name, nt.Offerings[0].Zone
+		req.Variables[tfrunner.VarParameters] = class.Spec.Variables
 		req.Env["HCLOUD_TOKEN"], req.Env["HCLOUD_ENDPOINT"] = f.hcloud.Token(), f.hcloud.Endpoint()
 	}
 	return req
@@ -184,17 +187,26 @@ func (f *floorRuns) wait(start time.Time) (cpu, lastNode time.Duration, err erro
 	}
 	// In the modules/sim cases a machine powers on when its resource is created (modules/sim
 	// starts it in the resource's provisioner).
-	powerOn := f.lastCreated
+	powerOn := f.lastCreated.Sub(start)
 	if f.hcloud != nil {
-		powerOn = time.Time{}
-		for _, srv := range f.hcloud.Servers() {
-			if srv.Created.After(powerOn) && srv.Created.After(start) {
-				powerOn = srv.Created
-			}
-		}
-		powerOn = powerOn.Add(f.c.create)
+		powerOn = maxOf(f.serversCreated(start)) + f.c.create
 	}
-	return f.cpu, powerOn.Sub(start) + f.c.boot, nil
+	return f.cpu, powerOn + f.c.boot, nil
+}
+
+// serversCreated is when the stand-in created each server of the burst that began at start
+// (POST /servers answered), from start; nil without a stand-in.
+func (f *floorRuns) serversCreated(start time.Time) []time.Duration {
+	if f.hcloud == nil {
+		return nil
+	}
+	var out []time.Duration
+	for _, srv := range f.hcloud.Servers() {
+		if srv.Created.After(start) { // not the warm-up's
+			out = append(out, srv.Created.Sub(start))
+		}
+	}
+	return out
 }
 
 // resourceCreated is when the first resource of a run was created: the timestamp of the

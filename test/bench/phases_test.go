@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -173,8 +172,8 @@ func runOnce(ctx context.Context, rn phaseRunner, req tfrunner.Request) (runMeas
 	start := time.Now()
 	runErr := cmd.Start()
 	if runErr == nil && rn.nice != 0 {
-		// The runner leads its own process group: the whole group, as the local executor does.
-		if err := syscall.Setpriority(syscall.PRIO_PGRP, cmd.Process.Pid, rn.nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+		// The runner leads its own process group (Setpgid), as in the local executor.
+		if err := executor.ReniceGroup(cmd.Process.Pid, rn.nice); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return runMeasure{}, fmt.Errorf("setting the runner's niceness: %w", err)

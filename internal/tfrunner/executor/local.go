@@ -121,6 +121,16 @@ type runInfo struct {
 // answering Create, nor a control plane on the same machine.
 const LocalRunNice = 10
 
+// ReniceGroup sets the niceness of the process group that pid leads: a runner started as
+// the leader of its own group, and any child it started already. A group that has ended is
+// no error.
+func ReniceGroup(pid, nice int) error {
+	if err := syscall.Setpriority(syscall.PRIO_PGRP, pid, nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
 // startWindow is how long a run folder without a pid file counts as being started (by
 // another executor instance) before it is reported as failed.
 const startWindow = 30 * time.Second
@@ -287,9 +297,8 @@ func (e *Local) spawn(dir string, req tfrunner.Request) error {
 	}
 	pid := cmd.Process.Pid
 	if e.Nice != 0 {
-		// The runner leads its own process group (Setsid): the whole group, so that a child
-		// it started already is not missed.
-		if err := syscall.Setpriority(syscall.PRIO_PGRP, pid, e.Nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+		// The runner leads its own process group (Setsid).
+		if err := ReniceGroup(pid, e.Nice); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return fmt.Errorf("setting the runner's niceness to %d: %w", e.Nice, err)
