@@ -19,7 +19,8 @@ var (
 
 // CRDs returns new copies of the fulfiller's CustomResourceDefinitions. They are parsed when
 // asked for, not when the package initialises: every process of the development binary links
-// this package (runners, simulated machines), and parsing both took 9 ms and 1.9 MB there.
+// this package (runners, simulated machines), and would pay for parsing both at every start
+// (docs/benchmarks.md, "What a process start costs").
 func CRDs() []*apiextensionsv1.CustomResourceDefinition {
 	return []*apiextensionsv1.CustomResourceDefinition{
 		mustParse(tofuNodeClassesYAML),

@@ -7,8 +7,8 @@ import (
 )
 
 // The conditions of the fulfiller's API and their reasons. A reason is part of the API: people
-// and alerts match on it, and README.md documents each one. Code sets conditions only with
-// these constants; the one exception is a failed run, whose reason is its failure class
+// and alerts match on it, and docs/concepts.md documents each one. Code sets conditions only
+// with these constants; the one exception is a failed run, whose reason is its failure class
 // (tfrunner.ErrorClass: InsufficientCapacity, QuotaExceeded, InvalidModule, ...).
 
 // Condition types of a Fulfillment. Applied, Joined, the gate conditions and Initialized roll

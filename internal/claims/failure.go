@@ -16,8 +16,8 @@ type failureDecision struct {
 	MarkUnavailable bool
 }
 
-// decideApplyFailure maps a failure class of an apply to what happens (README.md's table
-// "failure class → what you see"). Capacity and quota mark the offering unavailable; so do
+// decideApplyFailure maps a failure class of an apply to what happens (the failure table of
+// docs/concepts.md, "Phases, failures and retries"). Capacity and quota mark the offering unavailable; so do
 // terminal failures (invalid module or inputs, bad credentials): the same inputs would fail
 // again, and replacing claims in a hot loop helps nobody. Transient errors, a held lock, a
 // deadline and unclassified failures are retried. A cancelled run is not: whoever cancelled

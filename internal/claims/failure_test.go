@@ -14,7 +14,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// The documented mapping (README.md, "failure class → what you see").
+// The documented mapping (docs/concepts.md, "Phases, failures and retries").
 func TestDecideApplyFailure(t *testing.T) {
 	for _, tc := range []struct {
 		class                  tfrunner.ErrorClass

@@ -76,8 +76,8 @@ func Start(cfg MachineConfig, binary []string) error {
 
 // StartHere powers a machine on in this process instead of starting another: tofu's
 // local-exec runs it in the background and reads report until it closes, so that a machine
-// costs one process start, not two (each costs about 0.1 CPU-second where page faults are
-// dear, and a burst starts a hundred). It does what Start does, with this process as the
+// costs one process start, not two (a start costs CPU in proportion to the pages it
+// touches, and a burst starts a hundred: docs/benchmarks.md, "What a process start costs"). It does what Start does, with this process as the
 // machine: it writes the config, takes a session of its own (the caller's process group may
 // be killed without it) and writes its pid. It then writes the line that says the machine
 // runs to report, points stdout and stderr at the machine's log, which closes report when

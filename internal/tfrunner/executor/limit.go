@@ -174,16 +174,13 @@ func (m MaxRuns) Admit(_ context.Context, _ tfrunner.Request, load Load) error {
 // What one run takes of the machine the local executor runs on.
 //
 // CPU: a run's CPU comes in short bursts (process starts, init, the apply's plan and state
-// writes) and the rest of its time it waits for its cloud. In a 50-claim burst of
-// modules/hetzner-cloud against the stand-in (30 s create action) the runs took 0.45
-// CPU-seconds each over more than 30 s, under 2 % of a CPU; a module that waits for nothing
-// (modules/sim) is busy for about 0.3 s. Local runs are niced (LocalRunNice), so more runs
-// than CPUs can do at once slow the runs, not the controller. A fixed 10 runs per CPU (the
-// runner Job's 100m request) kept a 50-server burst in three waves of a server create each.
+// writes) and the rest of its time it waits for its cloud, so a run uses a small share of a
+// CPU. Local runs are niced (LocalRunNice), so more runs than CPUs can do at once slow the
+// runs, not the controller. A fixed 10 runs per CPU (the runner Job's 100m request) kept a
+// 50-server burst in three waves of a server create each.
 //
 // Memory is the runner Job's default request: the runner's, tofu's and a provider plugin's
-// at once (an apply of modules/hetzner-cloud against the stand-in peaked at 88 MiB RSS for
-// tofu and 64 MiB for the hcloud provider).
+// at once. The measurements behind both are in docs/benchmarks.md, "What one run takes".
 const (
 	RunsPerCPU = 32
 	RunMemory  = 256 << 20
