@@ -11,7 +11,7 @@ unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all tools bench-tools generate chart-crds verify-generate build test vet bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
+.PHONY: all tools bench-tools generate chart-crds api-docs docs-check verify-generate build test vet bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
 
 all: build
 
@@ -26,9 +26,10 @@ bench-tools: ## build what only the benchmarks use: Karpenter's kwok provider an
 
 KUBEVIRT_CRDS := internal/providers/kubevirt/standin/crds
 
-generate: ## regenerate deepcopy code and CRDs from api/, the chart's copy of the CRDs, and the test environment's KubeVirt CRDs
+generate: ## regenerate deepcopy code and CRDs from api/, the chart's copy of the CRDs, the API reference (docs/reference) and the test environment's KubeVirt CRDs
 	$(FULFILLER_TOOLS_BIN)/controller-gen object paths=./api/... crd output:crd:artifacts:config=api/crds
 	$(MAKE) --no-print-directory chart-crds
+	$(MAKE) --no-print-directory api-docs
 	go run ./$(KUBEVIRT_CRDS)/gen -out $(KUBEVIRT_CRDS)
 
 CHART := charts/fulfiller
@@ -37,9 +38,18 @@ chart-crds: ## copy the generated CRDs (api/crds) into the chart (charts/fulfill
 	@rm -f $(CHART)/crds/*.yaml
 	cp api/crds/*.yaml $(CHART)/crds/
 
-verify-generate: generate ## fail when generated files (api/, the chart's CRDs) are not committed
-	@git diff --exit-code -- api $(CHART)/crds $(KUBEVIRT_CRDS) || (echo "generated files are stale: run make generate and commit"; exit 1)
-	@out=$$(git status --porcelain --untracked-files=all -- api $(CHART)/crds $(KUBEVIRT_CRDS)); if [ -n "$$out" ]; then \
+API_DOCS := docs/reference
+
+api-docs: ## generate the API reference docs/reference/api.md from api/v1alpha1 (crd-ref-docs)
+	$(FULFILLER_TOOLS_BIN)/crd-ref-docs --config hack/crd-ref-docs.yaml --source-path api/v1alpha1 \
+		--renderer markdown --output-path $(API_DOCS)/api.md --log-level ERROR
+
+docs-check: ## check that every relative link and named path in the README and docs/ resolves
+	go test -count=1 ./test/docs/
+
+verify-generate: generate ## fail when generated files (api/, the chart's CRDs, the API reference) are not committed
+	@git diff --exit-code -- api $(CHART)/crds $(API_DOCS) $(KUBEVIRT_CRDS) || (echo "generated files are stale: run make generate and commit"; exit 1)
+	@out=$$(git status --porcelain --untracked-files=all -- api $(CHART)/crds $(API_DOCS) $(KUBEVIRT_CRDS)); if [ -n "$$out" ]; then \
 		echo "generated files are not committed:"; echo "$$out"; exit 1; fi
 
 chart-lint: ## helm lint --strict the chart (the chart's Go test also does, and applies it to a real API server)
@@ -75,7 +85,7 @@ bench: tools bench-tools ## run the benchmarks (test/bench): bursts against Karp
 
 DEV_DIR ?= .dev
 
-demo: tools build ## run the local environment with a sample workload (see README)
+demo: tools build ## run the local environment with a sample workload (see docs/development.md)
 	bin/fulfiller-dev dev demo --dir $(DEV_DIR)
 
 demo-hcloud: tools build ## the same demo on modules/hetzner-cloud and the real hcloud provider, against the Hetzner Cloud API stand-in

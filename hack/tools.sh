@@ -23,7 +23,7 @@
 # which CI runs, does not build them); `make bench-tools` builds them.
 #
 # Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION
-# HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION KARPENTER_VERSION KWOK_VERSION
+# HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION KARPENTER_VERSION KWOK_VERSION CRD_REF_DOCS_VERSION
 # FULFILLER_CACHE TOOLS.
 set -euo pipefail
 shopt -s inherit_errexit
@@ -33,12 +33,13 @@ ETCD_VERSION=${ETCD_VERSION:-3.6.8}
 TOFU_VERSION=${TOFU_VERSION:-1.12.6}
 HELM_VERSION=${HELM_VERSION:-3.22.0}
 CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-0.21.0}
+CRD_REF_DOCS_VERSION=${CRD_REF_DOCS_VERSION:-0.3.0}
 HCLOUD_PROVIDER_VERSION=${HCLOUD_PROVIDER_VERSION:-1.58.0}
 KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-1.19.0}
 KARPENTER_VERSION=${KARPENTER_VERSION:-1.15.0}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
-TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen provider-hcloud provider-kubectl"}
+TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen crd-ref-docs provider-hcloud provider-kubectl"}
 
 root=$FULFILLER_CACHE/tools
 src=$FULFILLER_CACHE/src
@@ -52,7 +53,7 @@ unset GOFLAGS
 log() { printf 'tools: %s\n' "$*" >&2; }
 
 current_tool=""
-trap 'rc=$?; rm -f "$root"/*.tmp.$$ "$root"/*.tmp.$$.*; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION)"; fi' EXIT
+trap 'rc=$?; rm -f "$root"/*.tmp.$$ "$root"/*.tmp.$$.*; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION, crd-ref-docs $CRD_REF_DOCS_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION)"; fi' EXIT
 
 version_of() {
   case $1 in
@@ -60,6 +61,7 @@ version_of() {
     etcd) echo "$ETCD_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
     controller-gen) echo "$CONTROLLER_GEN_VERSION" ;;
+    crd-ref-docs) echo "$CRD_REF_DOCS_VERSION" ;;
     provider-hcloud) echo "$HCLOUD_PROVIDER_VERSION" ;;
     provider-kubectl) echo "$KUBECTL_PROVIDER_VERSION" ;;
     karpenter-kwok) echo "$KARPENTER_VERSION" ;;
@@ -159,6 +161,16 @@ build_controller_gen() {
   rmdir "$gobin"
 }
 
+# build_crd_ref_docs OUT: the generator of docs/reference/api.md (make api-docs), which reads
+# the API's Go types and their markers.
+build_crd_ref_docs() {
+  local gobin
+  gobin=$(mktemp -d)
+  (cd / && GOBIN=$gobin go install -trimpath -ldflags "-s -w" "github.com/elastic/crd-ref-docs@v$CRD_REF_DOCS_VERSION")
+  mv "$gobin/crd-ref-docs" "$1"
+  rmdir "$gobin"
+}
+
 # build_provider OUT MODULE VERSION [LDFLAGS]: a provider's main package at its module root,
 # built in a writable copy (`go install MODULE@VERSION` would read the module's version list,
 # which the proxy refuses for these modules, although it serves the exact versions).
@@ -227,6 +239,7 @@ for tool in $TOOLS; do
       etcd) build_etcd "$tmp" ;;
       helm) build_helm "$tmp" ;;
       controller-gen) build_controller_gen "$tmp" ;;
+      crd-ref-docs) build_crd_ref_docs "$tmp" ;;
       provider-hcloud) build_provider_hcloud "$tmp" ;;
       provider-kubectl) build_provider_kubectl "$tmp" ;;
       karpenter-kwok) build_karpenter_kwok "$tmp" ;;
