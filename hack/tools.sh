@@ -146,29 +146,26 @@ build_helm() {
   for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
     ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kminor"
   done
+  go_install "$1" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" "$ld"
+}
+
+# go_install OUT PACKAGE@VERSION [LDFLAGS]: `go install` of a main package into OUT.
+go_install() {
   local gobin
   gobin=$(mktemp -d)
-  (cd / && GOBIN=$gobin go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION")
-  mv "$gobin/helm" "$1"
+  (cd / && GOBIN=$gobin go install -trimpath -ldflags "${3:--s -w}" "$2")
+  mv "$gobin/$(basename "${2%@*}")" "$1"
   rmdir "$gobin"
 }
 
 build_controller_gen() {
-  local gobin
-  gobin=$(mktemp -d)
-  (cd / && GOBIN=$gobin go install -trimpath -ldflags "-s -w" "sigs.k8s.io/controller-tools/cmd/controller-gen@v$CONTROLLER_GEN_VERSION")
-  mv "$gobin/controller-gen" "$1"
-  rmdir "$gobin"
+  go_install "$1" "sigs.k8s.io/controller-tools/cmd/controller-gen@v$CONTROLLER_GEN_VERSION"
 }
 
 # build_crd_ref_docs OUT: the generator of docs/reference/api.md (make api-docs), which reads
 # the API's Go types and their markers.
 build_crd_ref_docs() {
-  local gobin
-  gobin=$(mktemp -d)
-  (cd / && GOBIN=$gobin go install -trimpath -ldflags "-s -w" "github.com/elastic/crd-ref-docs@v$CRD_REF_DOCS_VERSION")
-  mv "$gobin/crd-ref-docs" "$1"
-  rmdir "$gobin"
+  go_install "$1" "github.com/elastic/crd-ref-docs@v$CRD_REF_DOCS_VERSION"
 }
 
 # build_provider OUT MODULE VERSION [LDFLAGS]: a provider's main package at its module root,
