@@ -27,7 +27,7 @@ bench-tools: ## build what only the benchmarks use: Karpenter's kwok provider an
 KUBEVIRT_CRDS := internal/providers/kubevirt/standin/crds
 
 generate: ## regenerate deepcopy code and CRDs from api/, the chart's copy of the CRDs, the API reference (docs/reference) and the test environment's KubeVirt CRDs
-	$(FULFILLER_TOOLS_BIN)/controller-gen object paths=./api/... crd output:crd:artifacts:config=api/crds
+	$(FULFILLER_TOOLS_BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/... crd output:crd:artifacts:config=api/crds
 	$(MAKE) --no-print-directory chart-crds
 	$(MAKE) --no-print-directory api-docs
 	go run ./$(KUBEVIRT_CRDS)/gen -out $(KUBEVIRT_CRDS)
@@ -63,18 +63,18 @@ karpenter-crds: ## apply the CRDs of the Karpenter core version the binary embed
 	echo "$(KUBECTL) apply --server-side -f $$dir/pkg/apis/crds"; \
 	$(KUBECTL) apply --server-side -f "$$dir/pkg/apis/crds"
 
-IMAGE ?= fulfiller:dev
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-
-image: ## build the controller image (needs a docker engine; see the Dockerfile)
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+# The version builds carry (hack/version.sh): VERSION at its release tag, else a pre-release
+# of it named after the commit.
+VERSION ?= $(shell hack/version.sh)
+LDFLAGS := -X main.version=$(VERSION)
 
 build: ## build bin/fulfiller (the image's controller and runner), bin/fulfiller-dev (that plus dev and sim), bin/fulfiller-runner and bin/fulfiller-sim (the runner alone, the simulated machine alone)
-	go build -trimpath -o bin/ ./cmd/fulfiller ./cmd/fulfiller-dev ./cmd/fulfiller-runner ./cmd/fulfiller-sim
+	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/fulfiller ./cmd/fulfiller-dev ./cmd/fulfiller-runner ./cmd/fulfiller-sim
 
-vet: ## go vet and gofmt check
+vet: ## go vet, gofmt and license header check
 	go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@hack/check-headers.sh
 
 test: tools vet verify-generate ## build the tools, then run every test suite against them
 	go test $(GO_TEST_FLAGS) ./...

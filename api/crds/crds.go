@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package crds embeds the generated CustomResourceDefinitions of the fulfiller.sh API
 // (`make generate` writes them; the chart carries the same files).
 package crds

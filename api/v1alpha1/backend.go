@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package v1alpha1
 
 // BackendPG keeps each claim's state as a row of a PostgreSQL table (OpenTofu's pg backend),

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 holds the fulfiller.sh/v1alpha1 API: TofuNodeClass, what a NodePool's
 // nodeClassRef names, and Fulfillment, the durable record of one NodeClaim's fulfilment.
 // +kubebuilder:object:generate=true

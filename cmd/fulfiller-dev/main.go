@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command fulfiller-dev is the development binary: everything cmd/fulfiller does, plus the
 // local environment (`dev`) and the simulated machine (`sim`), so that the environment runs
 // its controller, its runners and its machines from this one executable (the runner exports

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command fulfiller-runner is the runner alone: `fulfiller-runner <flags>` does what
 // `fulfiller run <flags>` does, one tofu operation for one claim, with the error rules of
 // every family. It links no Kubernetes client, so it starts in about a tenth of the CPU the

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bootstrap mints the short-lived kubeadm bootstrap tokens that machines join with,
 // computes discovery data (CA hash) and renders the JoinConfiguration and cloud-init user data.
 package bootstrap

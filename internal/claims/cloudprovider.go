@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package claims is the fulfiller's Karpenter CloudProvider and the controllers behind it: the
 // Fulfillment lifecycle (bootstrap token, tofu apply, join, initialization, destroy) and the
 // TofuNodeClass status.

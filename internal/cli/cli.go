@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cli dispatches the subcommands of the project's two binaries: cmd/fulfiller, what
 // the image ships (controller, run, version), and cmd/fulfiller-dev, the development binary
 // (the same commands plus the local environment and the simulated machine). It holds no
@@ -34,7 +37,7 @@ func Main(binary, version string, families family.Registry, extra ...Command) {
 }
 
 // commands are the commands every binary has, with extra before version.
-func commands(version string, families family.Registry, extra []Command) []Command {
+func commands(binaryVersion string, families family.Registry, extra []Command) []Command {
 	cmds := []Command{
 		{Name: "controller", Summary: "run Karpenter core with the fulfiller provider and controllers", Run: func(args []string) int {
 			return controller(args, families)
@@ -45,9 +48,8 @@ func commands(version string, families family.Registry, extra []Command) []Comma
 		{Name: "robot", Summary: "activate, release or probe a leased Hetzner Robot server (modules/hetzner-robot)", Run: robot.Main},
 	}
 	cmds = append(cmds, extra...)
-	return append(cmds, Command{Name: "version", Summary: "print the version", Run: func([]string) int {
-		fmt.Println(version)
-		return 0
+	return append(cmds, Command{Name: "version", Summary: "print the versions of the fulfiller, Karpenter core, tofu and the mirrored providers (-json)", Run: func(args []string) int {
+		return version(binaryVersion, args, os.Stdout, os.Stderr)
 	}})
 }
 

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 import (
@@ -26,7 +29,7 @@ func TestDispatch(t *testing.T) {
 		{args: nil, code: 2, stderr: "usage: bin <command> [flags]\n\ncommands:\n  controller"},
 		{args: []string{"sim", "start", "--name", "x"}, code: 3, wantArgsOfExtraCmd: []string{"start", "--name", "x"}},
 		{args: []string{"dev", "up"}, code: 2, stderr: `bin: unknown command "dev"`},
-		{args: []string{"--help"}, code: 0, stdout: "  sim          simulate\n  version      print the version\n"},
+		{args: []string{"--help"}, code: 0, stdout: "  sim          simulate\n  version      print the versions"},
 	} {
 		got = nil
 		var stdout, stderr bytes.Buffer

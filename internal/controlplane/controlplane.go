@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package controlplane starts a real Kubernetes control plane on loopback from the pinned
 // binaries that hack/tools.sh builds: etcd, kube-apiserver (client certificates, bootstrap
 // tokens, Node+RBAC authorization, NodeRestriction), kube-controller-manager (CSR approval and

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package devenv is the local environment: a real control plane (also the KubeVirt infra
 // cluster, with the simulated virt controller in namespace kubevirt-infra), the fulfiller
 // controller (Karpenter core inside) with the local executor, and simulated machines — started in the

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package family is the seam between the generic fulfiller and the node-type families (the
 // simulated type, Hetzner Cloud, KubeVirt, Hetzner Robot). A TofuNodeClass names its family
 // in spec.family; the generic code knows no family by name and asks it, through the small

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package message shapes the messages the fulfiller writes for people: condition, event and
 // run messages. It imports only the standard library, so that the runner binary, which links
 // no Kubernetes client, shapes its run messages as the API types do.

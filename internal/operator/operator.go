@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package operator assembles the controller: Karpenter core, as its kwok provider does, with
 // the fulfiller's CloudProvider (decorated once with core's metrics) and controllers.
 package operator
@@ -6,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -111,10 +113,13 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 		logger.Info("runs limited by the cluster's capacity for runner pods", "maxConcurrentRuns", opts.MaxConcurrentRuns)
 		return jobs, opts.TofuPath, runEnv
 	}
-	tofu := opts.TofuPath
-	if path, err := exec.LookPath(tofu); err == nil {
-		tofu = path
+	// Local runs use this machine's tofu: it must be there and of a supported version.
+	tofu, tofuVersion, err := tfrunner.FindTofu(ctx, opts.TofuPath)
+	if err != nil {
+		logger.Error(err, "the local executor cannot run tofu (--tofu-path, FULFILLER_TOFU)", "supported", tfrunner.SupportedTofu)
+		lo.Must0(err)
 	}
+	logger.Info("local runs use tofu", "path", tofu, "version", tofuVersion.String())
 	if opts.RunnerKubeconfig != "" {
 		// The kubernetes backend reads KUBE_CONFIG_PATH; provisioners read KUBECONFIG, or
 		// FULFILLER_KUBECONFIG, which runs in a pod get too.

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package proc answers, on Linux, whether a process recorded in a pid file is still the one
 // that wrote it: the local environment, simulated machines and local runs all outlive the
 // process that started them and are found again this way.

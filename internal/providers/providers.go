@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package providers assembles the node-type families the fulfiller binaries know.
 package providers
 

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sim is the simulated machine: what a real server does between power-on and a Ready
 // kubelet, faithful where the control plane can tell the difference. It reads the cloud-init
 // user data its module received, joins with the bootstrap token in it by TLS bootstrap and

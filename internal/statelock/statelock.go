@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package statelock owns where each claim's OpenTofu state lives and who holds its lock: the
 // per-claim state key, the backend configuration handed to the runner, reading the lock
 // holder, and removing a state once its machine is destroyed.

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv is what test suites use to run against a real control plane: a control
 // plane per package (RunMain) or per test (StartT), a PostgreSQL server per test (PostgresT),
 // bootstrap tokens (MintToken) and a log tests read while it is written (SyncBuffer). The

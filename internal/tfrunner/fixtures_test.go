@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build capture
 
 // Capturing the fixtures: go test -tags capture -run TestCaptureFixtures ./internal/tfrunner/

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tfrunner runs OpenTofu for one claim: it prepares a per-run working directory from
 // a node type's module, writes the variables (secrets only in a 0600 file), drives `tofu init`
 // and `apply`/`destroy` through terraform-exec with `-json` output streamed into the run log,

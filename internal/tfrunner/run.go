@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package tfrunner
 
 import (
@@ -103,6 +106,9 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 		env[ClusterKubeconfigEnv] = saKubeconfig
 	}
 	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
+	if req.TofuPath, err = LocateTofu(ctx, req.TofuPath); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
 	tofu := req.TofuPath
 	var cache *cachedRun
 	if cacheable(req) {
@@ -145,8 +151,10 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 		return err
 	}
 	phases.end(PhaseModule)
-	if _, _, err := tf.Version(ctx, false); err != nil {
+	if v, _, err := tf.Version(ctx, false); err != nil {
 		return fmt.Errorf("tofu version: %w", err)
+	} else if err := CheckTofuVersion(req.TofuPath, v); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	phases.end(PhaseVersion)
 

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bench holds the benchmarks of the whole pipeline (`make bench`). They are not run by
 // `go test ./...`: each sets up a real control plane, builds the development binary and runs
 // real tofu, and reports what it measured with b.ReportMetric. Run them with -benchtime=1x:

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package chart tests the helm chart charts/fulfiller with the pinned helm: it lints and
 // renders the chart, checks the rendered objects as typed Kubernetes objects, checks that the
 // values schema rejects what it should, then installs the chart with `helm install` into a real

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package docs checks the project's Markdown: every relative link resolves, to a file and,
 // with a fragment, to a heading of it, and every repository path a document names in
 // backquotes exists, so that moving a file or renaming a heading cannot leave a reader at a

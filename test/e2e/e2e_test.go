@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e drives the whole pipeline on the local environment: the real control plane,
 // the fulfiller binary (Karpenter core inside), real tofu runs of the simulated node type and
 // real joins. Runs are Kubernetes Jobs (the executor of a cluster), whose pods a stand-in

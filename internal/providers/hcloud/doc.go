@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hcloud is the Hetzner Cloud node-type family: modules/hetzner-cloud run by the real
 // OpenTofu provider (hetznercloud/hcloud) against the Hetzner Cloud API. Its stand-in for the
 // API, for tests and the local environment, is the standin package. The family gives the

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package robot is the Hetzner Robot node-type family: dedicated servers rented ahead of
 // need, leased to one claim at a time from a finite pool (internal/statelock inventory),
 // activated warm (the installed OS and kubelet wait; the join configuration arrives over

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rules holds the error rules of every node-type family the fulfiller knows, by
 // family name, for the runner binary (cmd/fulfiller-runner). Each family's rules live in a
 // package of their own that links no Kubernetes client, so that a runner starts in a few

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package simulated is the node-type family of modules/sim (spec.family: sim), the simulated
 // type of the tests, the local environment and the chart's smoke test of the image. Its
 // machines are simulated ones (`fulfiller-dev sim`, internal/sim); this package holds only

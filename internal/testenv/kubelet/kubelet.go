@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubelet is a stand-in kubelet for tests: it registers a Node, keeps its Lease and
 // Ready condition fresh, runs the pods the scheduler binds to it as local child processes and
 // serves their container logs on the node's kubelet endpoint, so that `kubectl logs` goes

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fake is an in-memory executor.Executor for tests of what drives runs: runs end as
 // scripted (per run name or per operation), errors can be injected into any call, and every
 // call is logged. It admits runs through a executor.Limiter, as the real executors do, and

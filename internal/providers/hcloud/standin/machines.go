@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package standin
 
 // Machines runs the machines of the stand-in's servers, e.g. simulated machines

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package standin is a stand-in for the Hetzner Cloud API, for tests and the local
 // environment: an HTTP server with an in-memory project that follows the public API
 // (docs.hetzner.cloud) closely enough that the official OpenTofu provider and hcloud-go

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package standin is a simulated KubeVirt (virt-controller, virt-handler, the launcher pods'
 // scheduling and kubelet) and CDI for an infra cluster whose API server holds KubeVirt's
 // CRDs (package crds): test and local-environment machinery, never linked into the

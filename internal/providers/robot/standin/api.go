@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package standin is a Hetzner Robot stand-in: the webservice (servers, rescue boot, reset,
 // SSH keys, per-endpoint request budgets, basic auth) and simulated dedicated servers behind
 // it, each with an SSH endpoint on a loopback port that serves the rescue system or the

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package crds embeds the CustomResourceDefinitions of KubeVirt (VirtualMachine,
 // VirtualMachineInstance, from kubevirt.io/api) and CDI (DataVolume, from
 // kubevirt.io/containerized-data-importer-api) at the versions in go.mod, generated from

@@ -1,3 +1,6 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command gen writes the KubeVirt and CDI CustomResourceDefinitions of the test environment
 // (`make generate` runs it). It produces them the way KubeVirt's own build does:
 //
