@@ -39,7 +39,7 @@ KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-1.19.0}
 KARPENTER_VERSION=${KARPENTER_VERSION:-1.15.0}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
-TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm controller-gen crd-ref-docs provider-hcloud provider-kubectl"}
+TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm helm controller-gen crd-ref-docs provider-hcloud provider-kubectl"}
 
 root=$FULFILLER_CACHE/tools
 src=$FULFILLER_CACHE/src
@@ -66,7 +66,7 @@ version_of() {
     provider-kubectl) echo "$KUBECTL_PROVIDER_VERSION" ;;
     karpenter-kwok) echo "$KARPENTER_VERSION" ;;
     kwok) echo "$KWOK_VERSION" ;;
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl) echo "$K8S_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubeadm) echo "$K8S_VERSION" ;;
     *) log "unknown tool $1"; return 1 ;;
   esac
 }

@@ -176,7 +176,8 @@ const (
 	// keys are environment variable names.
 	ConditionCredentialsReady = "CredentialsReady"
 	// ConditionJoinPreflight is True when the cluster lets machines join with a bootstrap
-	// token: public cluster-info, bootstrapper RBAC for CSRs and their auto-approval, and an
+	// token: public cluster-info, kubeadm's kube-system/kubeadm-config and kubelet-config
+	// readable by bootstrap tokens, bootstrapper RBAC for CSRs and their auto-approval, and an
 	// API server that authenticates bootstrap tokens.
 	ConditionJoinPreflight = "JoinPreflight"
 	// ConditionNodeTypesLaunchable is True when at least one node type can register within
@@ -298,8 +299,15 @@ const (
 
 // Reasons of the JoinPreflight condition.
 const (
-	ReasonClusterInfoMissing         = "ClusterInfoMissing"
-	ReasonClusterInfoNotPublic       = "ClusterInfoNotPublic"
+	ReasonClusterInfoMissing   = "ClusterInfoMissing"
+	ReasonClusterInfoNotPublic = "ClusterInfoNotPublic"
+	// ReasonKubeadmConfigMissing: kube-system/kubeadm-config or kube-system/kubelet-config
+	// does not exist, which `kubeadm join` reads right after discovery: the control plane was
+	// not made by kubeadm (k3s, RKE2, a managed one).
+	ReasonKubeadmConfigMissing = "KubeadmConfigMissing"
+	// ReasonKubeadmConfigForbidden: bootstrap tokens may not read one of those ConfigMaps
+	// (kubeadm's Roles kubeadm:nodes-kubeadm-config and kubeadm:kubelet-config grant it).
+	ReasonKubeadmConfigForbidden     = "KubeadmConfigForbidden"
 	ReasonBootstrapRBACMissing       = "BootstrapRBACMissing"
 	ReasonCSRAutoApprovalMissing     = "CSRAutoApprovalMissing"
 	ReasonBootstrapTokenAuthDisabled = "BootstrapTokenAuthDisabled"

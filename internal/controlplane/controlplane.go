@@ -4,10 +4,11 @@
 // Package controlplane starts a real Kubernetes control plane on loopback from the pinned
 // binaries that hack/tools.sh builds: etcd, kube-apiserver (client certificates, bootstrap
 // tokens, Node+RBAC authorization, NodeRestriction), kube-controller-manager (CSR approval and
-// signing, bootstrap signer, token cleaner) and kube-scheduler, with kubeadm's bootstrap RBAC
-// and the CRDs of Karpenter and the fulfiller. The local environment (`fulfiller-dev dev`)
-// runs it; test suites reach it through internal/testenv, which adds the helpers that need
-// package testing. It does not import testing itself.
+// signing, bootstrap signer, token cleaner) and kube-scheduler, made what `kubeadm init` makes
+// for joining nodes by kubeadm's own init phases (kubeadm.go), with the CRDs of Karpenter and
+// the fulfiller. The local environment (`fulfiller-dev dev`) runs it; test suites reach it
+// through internal/testenv, which adds the helpers that need package testing. It does not
+// import testing itself.
 package controlplane
 
 import (
@@ -65,10 +66,10 @@ type ControlPlane struct {
 }
 
 // Start runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler and returns once
-// they serve, the kubeadm bootstrap objects exist and the CRDs are established. On error every
+// they serve, kubeadm's init phases for joins have run and the CRDs are established. On error every
 // process it started is stopped.
 func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
-	tools, err := LookTools("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+	tools, err := LookTools("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubeadm")
 	if err != nil {
 		return nil, err
 	}
@@ -182,10 +183,18 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return nil, err
 	}
 
-	if err := cp.waitFor(readyCtx, "kubeadm bootstrap objects", func(ctx context.Context) (bool, error) {
-		err := applyKubeadmObjects(ctx, cs, cp.Server, cp.CAPEM)
-		return err == nil, nil // the system namespaces appear a moment after /readyz
+	// The system namespaces appear a moment after /readyz; kubeadm writes into two of them.
+	if err := cp.waitFor(readyCtx, "namespaces kube-system and kube-public", func(ctx context.Context) (bool, error) {
+		for _, ns := range []string{metav1.NamespaceSystem, metav1.NamespacePublic} {
+			if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
 	}); err != nil {
+		return nil, err
+	}
+	if err := cp.kubeadmInit(readyCtx, tools["kubeadm"], cs); err != nil {
 		return nil, err
 	}
 	if err := installCRDs(readyCtx, cp.Config, opts.CRDs); err != nil {

@@ -239,9 +239,12 @@ func TestClusterInfoSigned(t *testing.T) {
 }
 
 // TestJoinPreflight runs the fulfiller's join preflight against the real authorizer: it
-// passes on a kubeadm-like cluster and names what is missing when a binding is removed.
+// passes on the cluster kubeadm's init phases made, and names what is missing when one of
+// kubeadm's objects is removed: a binding of the bootstrapper RBAC, a Role binding that lets
+// tokens read kubeadm's ConfigMaps, or one of those ConfigMaps (a control plane kubeadm did
+// not make has none).
 func TestJoinPreflight(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := client.New(controlPlane.Config, client.Options{})
 	if err != nil {
@@ -250,29 +253,97 @@ func TestJoinPreflight(t *testing.T) {
 	if f, err := preflight.Check(ctx, c, c); err != nil || f != nil {
 		t.Fatalf("preflight on a complete cluster: %+v, %v", f, err)
 	}
-	for binding, reason := range map[string]string{
-		"kubeadm:kubelet-bootstrap":          v1alpha1.ReasonBootstrapRBACMissing,
-		"kubeadm:node-autoapprove-bootstrap": v1alpha1.ReasonCSRAutoApprovalMissing,
+	for _, tc := range []struct {
+		obj     client.Object
+		key     client.ObjectKey
+		reason  string
+		message string
+	}{
+		{&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: "kubeadm:kubelet-bootstrap"}, v1alpha1.ReasonBootstrapRBACMissing, "system:node-bootstrapper"},
+		{&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: "kubeadm:node-autoapprove-bootstrap"}, v1alpha1.ReasonCSRAutoApprovalMissing, "nodeclient"},
+		{&rbacv1.RoleBinding{}, client.ObjectKey{Namespace: "kube-system", Name: "kubeadm:nodes-kubeadm-config"}, v1alpha1.ReasonKubeadmConfigForbidden, "may not read kube-system/kubeadm-config"},
+		{&rbacv1.RoleBinding{}, client.ObjectKey{Namespace: "kube-system", Name: "kubeadm:kubelet-config"}, v1alpha1.ReasonKubeadmConfigForbidden, "may not read kube-system/kubelet-config"},
+		{&corev1.ConfigMap{}, client.ObjectKey{Namespace: "kube-system", Name: "kubeadm-config"}, v1alpha1.ReasonKubeadmConfigMissing, "kube-system/kubeadm-config is missing"},
+		{&corev1.ConfigMap{}, client.ObjectKey{Namespace: "kube-system", Name: "kubelet-config"}, v1alpha1.ReasonKubeadmConfigMissing, "upload-config kubelet"},
 	} {
-		crb := &rbacv1.ClusterRoleBinding{}
-		if err := c.Get(ctx, client.ObjectKey{Name: binding}, crb); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Delete(ctx, crb); err != nil {
-			t.Fatal(err)
-		}
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-			f, err := preflight.Check(ctx, c, c)
-			return f != nil && f.Reason == reason, err
+		t.Run(tc.key.Name, func(t *testing.T) {
+			if err := c.Get(ctx, tc.key, tc.obj); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Delete(ctx, tc.obj); err != nil {
+				t.Fatal(err)
+			}
+			var got *preflight.Failure
+			err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+				var err error
+				got, err = preflight.Check(ctx, c, c)
+				return got != nil && got.Reason == tc.reason, err
+			})
+			restored := tc.obj.DeepCopyObject().(client.Object)
+			restored.SetResourceVersion("")
+			restored.SetUID("")
+			if cerr := c.Create(ctx, restored); cerr != nil {
+				t.Fatalf("restoring %s: %v", tc.key, cerr)
+			}
+			if err != nil {
+				t.Fatalf("without %s: preflight said %+v, want %s: %v", tc.key, got, tc.reason, err)
+			}
+			if !strings.Contains(got.Message, tc.message) || len(got.Message) > v1alpha1.MaxMessageLength {
+				t.Errorf("without %s: message %q does not say %q in at most %d bytes", tc.key, got.Message, tc.message, v1alpha1.MaxMessageLength)
+			}
 		})
-		restored := crb.DeepCopy()
-		restored.ResourceVersion, restored.UID = "", ""
-		if cerr := c.Create(ctx, restored); cerr != nil {
-			t.Fatalf("restoring %s: %v", binding, cerr)
+	}
+	if f, err := preflight.Check(ctx, c, c); err != nil || f != nil {
+		t.Fatalf("preflight with every object restored: %+v, %v", f, err)
+	}
+}
+
+// TestKubeadmInit: kubeadm's init phases left what `kubeadm join` reads with a bootstrap
+// token right after discovery, readable with a live token: the ClusterConfiguration of the
+// API server's version and the KubeletConfiguration; and no token of their own.
+func TestKubeadmInit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs := admin(t)
+	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(bootstrapapi.SecretTypeBootstrapToken)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range tokens.Items {
+		if strings.Contains(string(s.Data[bootstrapapi.BootstrapTokenDescriptionKey]), "bootstrap-token phase") {
+			t.Errorf("the init phase's token %s is left", s.Name)
 		}
-		if err != nil {
-			t.Errorf("without %s: preflight did not report %s: %v", binding, reason, err)
+	}
+	version, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := mintToken(ctx, t, time.Now().Add(10*time.Minute))
+	var node kubernetes.Interface
+	if node, err = kubernetes.NewForConfig(sim.TokenConfig(controlPlane.Server, controlPlane.CAPEM, tok.String())); err != nil {
+		t.Fatal(err)
+	}
+	var kubeadmConfig *corev1.ConfigMap
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		kubeadmConfig, err = node.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
+		return err == nil, nil // the token is accepted a moment after its Secret exists
+	})
+	if err != nil {
+		t.Fatalf("reading kubeadm-config with a bootstrap token: %v", err)
+	}
+	cluster := kubeadmConfig.Data["ClusterConfiguration"]
+	for _, want := range []string{"kind: ClusterConfiguration", "kubernetesVersion: " + version.GitVersion} {
+		if !strings.Contains(cluster, want) {
+			t.Errorf("kubeadm-config's ClusterConfiguration lacks %q:\n%s", want, cluster)
 		}
+	}
+	kubelet, err := node.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading kubelet-config with a bootstrap token: %v", err)
+	}
+	if !strings.Contains(kubelet.Data["kubelet"], "kind: KubeletConfiguration") {
+		t.Errorf("kubelet-config holds no KubeletConfiguration: %v", kubelet.Data)
 	}
 }
 

@@ -4,94 +4,120 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // BootstrapperGroup is the group kubeadm gives its default node bootstrap tokens, and the
-// group the bindings below grant the TLS-bootstrap permissions to.
+// group kubeadm's bootstrap RBAC is bound to.
 const BootstrapperGroup = bootstrap.DefaultGroup
 
-// kubeadmObjects returns what `kubeadm init` creates for joining nodes (its bootstrap-token
-// phase): CSR creation and auto-approval for bootstrappers, certificate rotation for nodes,
-// and the public cluster-info ConfigMap used for token discovery.
-func kubeadmObjects(server string, caPEM []byte) ([]any, error) {
-	clusterInfo, err := clientcmd.Write(clientcmdapi.Config{
-		Clusters: map[string]*clientcmdapi.Cluster{"": {Server: server, CertificateAuthorityData: caPEM}},
-	})
+// kubeadmInit makes the running control plane what `kubeadm init` leaves for joining nodes,
+// with kubeadm's own init phases run against it (they only talk to the API server):
+//   - upload-config writes kube-system/kubeadm-config (the ClusterConfiguration) and
+//     kube-system/kubelet-config (the KubeletConfiguration every joining kubelet gets), and
+//     the Roles kubeadm:nodes-kubeadm-config and kubeadm:kubelet-config that let bootstrap
+//     tokens and nodes read them;
+//   - bootstrap-token binds kubeadm's bootstrapper RBAC (CSR creation and auto-approval,
+//     certificate rotation, get nodes) and publishes kube-public/cluster-info, from the
+//     admin kubeconfig's cluster, with the Role that lets anonymous clients read it.
+//
+// The bootstrap-token phase also creates the InitConfiguration's token; it is deleted right
+// after, since claims mint their own. The phases' output goes to logs/kubeadm.log.
+func (cp *ControlPlane) kubeadmInit(ctx context.Context, kubeadm string, cs kubernetes.Interface) error {
+	version, err := cs.Discovery().ServerVersion()
 	if err != nil {
-		return nil, fmt.Errorf("encoding cluster-info: %w", err)
+		return fmt.Errorf("reading the API server's version for kubeadm: %w", err)
 	}
-	bootstrappers := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: BootstrapperGroup}}
-	binding := func(name, role string, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
-		return &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   subjects,
-		}
+	server, err := url.Parse(cp.Server)
+	if err != nil {
+		return fmt.Errorf("parsing the API server URL: %w", err)
 	}
-	return []any{
-		binding("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", bootstrappers),
-		binding("kubeadm:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrappers),
-		binding("kubeadm:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
-			[]rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}}),
-		&rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:get-nodes"},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}},
-		},
-		binding("kubeadm:get-nodes", "kubeadm:get-nodes", bootstrappers),
-		&corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: "cluster-info"},
-			Data:       map[string]string{"kubeconfig": string(clusterInfo)},
-		},
-		&rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: "kubeadm:bootstrap-signer-clusterinfo"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
-				ResourceNames: []string{"cluster-info"}, Verbs: []string{"get"}}},
-		},
-		&rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: "kubeadm:bootstrap-signer-clusterinfo"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubeadm:bootstrap-signer-clusterinfo"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "system:anonymous"}},
-		},
-	}, nil
-}
-
-// applyKubeadmObjects creates the objects of kubeadmObjects, leaving existing ones alone.
-func applyKubeadmObjects(ctx context.Context, cs kubernetes.Interface, server string, caPEM []byte) error {
-	objs, err := kubeadmObjects(server, caPEM)
+	tok, err := bootstrap.NewToken()
 	if err != nil {
 		return err
 	}
-	for _, obj := range objs {
-		var err error
-		switch o := obj.(type) {
-		case *rbacv1.ClusterRoleBinding:
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRole:
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.Role:
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ConfigMap:
-			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		default:
-			err = fmt.Errorf("unexpected object %T", obj)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating kubeadm object %T: %w", obj, err)
+	config := filepath.Join(cp.Dir, "kubeadm-init.yaml")
+	// kubeadm refuses a loopback advertise address it cannot translate; the address is only
+	// kept in the InitConfiguration, which neither phase uploads. A CRI socket is named so
+	// that kubeadm does not look for one on this machine.
+	doc := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+bootstrapTokens:
+- token: %q
+  ttl: 10m0s
+  description: the token of kubeadm's bootstrap-token phase for the local control plane (deleted after it)
+localAPIEndpoint:
+  advertiseAddress: 192.0.2.1
+  bindPort: %s
+nodeRegistration:
+  name: fulfiller-control-plane
+  criSocket: unix:///run/containerd/containerd.sock
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: fulfiller
+kubernetesVersion: %s
+controlPlaneEndpoint: %q
+certificatesDir: %q
+networking:
+  serviceSubnet: 10.96.0.0/16
+  dnsDomain: cluster.local
+`, tok.String(), server.Port(), version.GitVersion, server.Host, filepath.Join(cp.Dir, "pki"))
+	if err := os.WriteFile(config, []byte(doc), 0o600); err != nil {
+		return fmt.Errorf("writing the kubeadm configuration: %w", err)
+	}
+	for _, phase := range [][]string{
+		{"upload-config", "all"},
+		{"bootstrap-token", "--skip-token-print"},
+	} {
+		args := append(append([]string{"init", "phase"}, phase...), "--config", config, "--kubeconfig", cp.Kubeconfig)
+		if err := cp.runKubeadm(ctx, kubeadm, args...); err != nil {
+			return err
 		}
 	}
+	err = cs.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, tok.SecretName(), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the token of kubeadm's bootstrap-token phase: %w", err)
+	}
 	return nil
+}
+
+// runKubeadm runs one kubeadm command, its output appended to logs/kubeadm.log.
+func (cp *ControlPlane) runKubeadm(ctx context.Context, kubeadm string, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, kubeadm, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// kubeadm would look for an admin.conf and a kubelet in the default places otherwise.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + cp.Dir}
+	err := cmd.Run()
+	if log, lerr := os.OpenFile(filepath.Join(cp.Dir, "logs", "kubeadm.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); lerr == nil {
+		fmt.Fprintf(log, "$ kubeadm %v\n%s\n", args, out.Bytes())
+		log.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("kubeadm %v: %w\n%s", args, err, tail(out.String(), 2000))
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
 }

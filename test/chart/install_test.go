@@ -184,6 +184,8 @@ func TestInstall(t *testing.T) {
 			{"list", "", "secrets", "kube-system", "", true},
 			{"deletecollection", "", "secrets", "kube-system", "", true},
 			{"get", "", "configmaps", "kube-public", "cluster-info", true},
+			{"get", "", "configmaps", "kube-system", "kubeadm-config", true},
+			{"get", "", "configmaps", "kube-system", "kubelet-config", true},
 			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
 			// Karpenter core and the fulfiller's API.
 			{"update", "karpenter.sh", "nodeclaims/status", "", "claim-a", true},
@@ -206,7 +208,8 @@ func TestInstall(t *testing.T) {
 			{"get", "", "secrets", "other", "", false},
 			{"list", "", "secrets", "", "", false},
 			{"get", "", "configmaps", "kube-public", "other", false},
-			{"get", "", "configmaps", "kube-system", "kubeadm-config", false},
+			{"get", "", "configmaps", "kube-system", "kube-proxy", false},
+			{"list", "", "configmaps", "kube-system", "", false},
 			{"create", "", "pods", releaseNS, "", false},
 			{"create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", false},
 			{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager", false},
