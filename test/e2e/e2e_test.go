@@ -103,7 +103,18 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	audit, err := startUserDataAudit(env.dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	code := m.Run()
+	if code == 0 {
+		if err := audit.check(); err != nil {
+			fmt.Fprintln(os.Stderr, "the real tools refuse user data the controller rendered:", err)
+			code = 1
+		}
+	}
 	if code != 0 {
 		dumpLogs()
 		if keep := os.Getenv("E2E_KEEP_LOGS"); keep != "" {
