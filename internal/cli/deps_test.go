@@ -169,7 +169,7 @@ func TestSmallBinariesLinkNoController(t *testing.T) {
 	}
 	controller := func(path string) bool {
 		return strings.HasPrefix(path, "sigs.k8s.io/karpenter/") || strings.HasPrefix(path, "sigs.k8s.io/controller-runtime/") ||
-			path == module+"/internal/claims" || path == module+"/internal/operator"
+			path == module+"/internal/claims" || strings.HasPrefix(path, module+"/internal/claims/") || path == module+"/internal/operator"
 	}
 	for _, tc := range []struct {
 		small, big string

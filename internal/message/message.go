@@ -8,6 +8,7 @@ package message
 
 import (
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -31,4 +32,17 @@ func ShortenTo(s string, limit int) string {
 		cut--
 	}
 	return s[:cut] + ellipsis
+}
+
+// Duration prints a duration as people read it in a message: rounded to the second, 10m
+// rather than 10m0s, 1h rather than 1h0m0s.
+func Duration(d time.Duration) string {
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

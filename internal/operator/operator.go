@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/operator"
 
 	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -41,47 +42,34 @@ func Run(families family.Registry) {
 		lo.Must0(ensurePassphrase(ctx, kubernetes.NewForConfigOrDie(op.GetConfig()), opts))
 	}
 	runs, tofu, runEnv := newExecutor(ctx, op, opts, families)
-	unavailable := claims.NewUnavailableOfferings(op.Clock, claims.UnavailableOfferingsTTL)
-
-	stateNamespace := opts.StateNamespace
-	if stateNamespace == "" {
-		stateNamespace = opts.Namespace
-	}
-	provider := claims.NewCloudProvider(op.GetClient(), op.Clock, unavailable).WithAPIReader(op.Manager.GetAPIReader()).
-		WithStateNamespace(stateNamespace).WithPools(families, op.Manager.GetAPIReader(), op.GetClient(), stateNamespace).
-		WithRecordsAfterAnswer()
-	cloudProvider := metrics.Decorate(provider)
-	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
-	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
-
-	fulfillments := claims.NewFulfillmentController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, runs, unavailable, claims.Options{
+	o := claims.Options{
+		Kube:                op.GetClient(),
+		APIReader:           op.Manager.GetAPIReader(),
+		Clock:               op.Clock,
+		Recorder:            op.EventRecorder,
+		RESTConfig:          op.GetConfig(),
+		Executor:            runs,
+		Unavailable:         cloudprovider.NewUnavailableOfferings(op.Clock, cloudprovider.UnavailableOfferingsTTL),
+		Families:            families,
+		ClusterName:         opts.ClusterName,
 		Namespace:           opts.Namespace,
 		StateNamespace:      opts.StateNamespace,
 		TofuPath:            tofu,
 		TofuStartsProviders: opts.TofuStartsProviders,
 		RunEnv:              runEnv,
 		DestroyDeadline:     opts.DestroyDeadline,
-		Families:            families,
-		ClusterName:         opts.ClusterName,
-	})
-	if local, ok := runs.(*executor.Local); ok {
-		local.OnEnd = fulfillments.RunEnded // a claim learns at once that its run ended
+		OrphanGrace:         opts.OrphanGrace,
+		PoolKeeperInterval:  opts.PoolKeeperInterval,
 	}
+	provider := claims.NewCloudProvider(o)
+	cloudProvider := metrics.Decorate(provider)
+	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
+	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
 
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
-		WithControllers(ctx,
-			claims.NewNodeClassController(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder).
-				WithSecretNamespace(opts.Namespace).WithTokenAuthProbe(op.GetConfig()).WithFamilies(families, opts.ClusterName),
-			claims.NewOrphanCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, opts.Namespace, 20*time.Second),
-			claims.NewMachineCollector(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families, opts.ClusterName,
-				opts.Namespace, opts.StateNamespace, opts.OrphanGrace, time.Minute),
-			claims.NewPoolKeeper(op.GetClient(), op.Manager.GetAPIReader(), op.Clock, op.EventRecorder, families,
-				opts.Namespace, stateNamespace, opts.ClusterName, opts.PoolKeeperInterval),
-			fulfillments,
-			claims.NewRecordRecovery(provider, op.Clock),
-		).
+		WithControllers(ctx, claims.NewControllers(o, provider)...).
 		Start(ctx)
 }
 

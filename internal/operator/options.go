@@ -18,7 +18,8 @@ import (
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/utils/env"
 
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
 )
 
 func init() {
@@ -77,7 +78,7 @@ type Options struct {
 
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.ClusterName, "cluster-name", env.WithDefaultString("FULFILLER_CLUSTER_NAME", ""), "This cluster's name (required), labelled on every machine (fulfiller.sh/cluster); the orphan collector deletes only machines that carry it")
-	fs.DurationVar(&o.OrphanGrace, "orphan-grace", env.WithDefaultDuration("FULFILLER_ORPHAN_GRACE", claims.DefaultOrphanGrace), "How old a machine or state without a claim must be before the orphan collector deletes it")
+	fs.DurationVar(&o.OrphanGrace, "orphan-grace", env.WithDefaultDuration("FULFILLER_ORPHAN_GRACE", garbagecollection.DefaultOrphanGrace), "How old a machine or state without a claim must be before the orphan collector deletes it")
 	fs.StringVar(&o.Namespace, "fulfiller-namespace", env.WithDefaultString("FULFILLER_NAMESPACE", "fulfiller"), "Namespace of runs, claims' user data and the Secrets classes name")
 	fs.StringVar(&o.StateNamespace, "state-namespace", env.WithDefaultString("FULFILLER_STATE_NAMESPACE", ""), "Namespace of the claims' states and locks (kubernetes backend; empty: the fulfiller namespace); runners need Secrets and Leases there only")
 	fs.StringVar(&o.EncryptionSecret, "encryption-secret", env.WithDefaultString("FULFILLER_ENCRYPTION_SECRET", ""), "Secret in the fulfiller namespace to create with a random state encryption passphrase when it is missing (empty: none)")
@@ -93,7 +94,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.RunnerServiceAccount, "runner-service-account", env.WithDefaultString("FULFILLER_RUNNER_SERVICE_ACCOUNT", "fulfiller-runner"), "ServiceAccount of runner Jobs (RBAC for the state backend only)")
 	fs.DurationVar(&o.RunnerTTL, "runner-ttl", env.WithDefaultDuration("FULFILLER_RUNNER_TTL", 24*time.Hour), "How long finished runner Jobs, and so their logs, are kept")
 	fs.DurationVar(&o.PoolKeeperInterval, "pool-keeper-interval", env.WithDefaultDuration("FULFILLER_POOL_KEEPER_INTERVAL", 10*time.Second), "How often the pools of finite families (Hetzner Robot servers) are looked after: leases, reinstalls back to standby, installs ahead of need, quarantine")
-	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", claims.DefaultDestroyDeadline), "Longest a tofu destroy may run (an apply is bounded by its node type's deadlines.apply)")
+	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", run.DefaultDestroyDeadline), "Longest a tofu destroy may run (an apply is bounded by its node type's deadlines.apply)")
 	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")
 	fs.StringVar(&o.runnerNodeSelector, "runner-node-selector", env.WithDefaultString("FULFILLER_RUNNER_NODE_SELECTOR", ""), "Node selector of runner pods, as a JSON map")
 	fs.StringVar(&o.runnerTolerations, "runner-tolerations", env.WithDefaultString("FULFILLER_RUNNER_TOLERATIONS", ""), "Tolerations of runner pods, as a JSON list")

@@ -37,7 +37,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
@@ -320,7 +320,7 @@ func tokenOf(t *testing.T, ctx context.Context, f *v1alpha1.Fulfillment) string 
 	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: f.Status.UserDataSecret}, secret); err != nil {
 		t.Fatal(err)
 	}
-	jc, err := bootstrap.ParseUserData(secret.Data[claims.UserDataKey])
+	jc, err := bootstrap.ParseUserData(secret.Data[classconfig.UserDataKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func orphanToken(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
-		Expires: time.Now().Add(time.Hour), Labels: map[string]string{claims.LabelNodeClaim: orphanClaim},
+		Expires: time.Now().Add(time.Hour), Labels: map[string]string{classconfig.LabelNodeClaim: orphanClaim},
 	})
 	if err := env.kube.Create(ctx, secret); err != nil {
 		t.Fatal(err)
@@ -394,7 +394,7 @@ func startedRuns(t *testing.T, ctx context.Context, claim, op string) int {
 	t.Helper()
 	if env.executor == devenv.ExecutorJob {
 		jobs, err := clientset(t).BatchV1().Jobs(devenv.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: claims.LabelNodeClaim + "=" + claim + ",fulfiller.sh/operation=" + op,
+			LabelSelector: classconfig.LabelNodeClaim + "=" + claim + ",fulfiller.sh/operation=" + op,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -21,7 +21,8 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 )
 
@@ -62,7 +63,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		if !strings.HasPrefix(nc.Status.ProviderID, "sim://") || nc.Status.NodeName != nc.Name {
 			t.Errorf("nodeclaim %s: providerID %q node %q", nc.Name, nc.Status.ProviderID, nc.Status.NodeName)
 		}
-		if nc.Annotations[claims.AnnotationHash] == "" {
+		if nc.Annotations[cloudprovider.AnnotationHash] == "" {
 			t.Errorf("nodeclaim %s has no drift hash", nc.Name)
 		}
 	}
@@ -108,7 +109,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		}
 		assertTokenNowhere(t, ctx, f, strings.SplitN(token, ".", 2)[1])
 	}
-	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: claims.LabelNodeClaim + ",karpenter.sh/nodeclaim!=" + orphanClaim})
+	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: classconfig.LabelNodeClaim + ",karpenter.sh/nodeclaim!=" + orphanClaim})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/nodecheck"
 )
@@ -50,9 +50,9 @@ func startUserDataAudit(dir string) (*userDataAudit, error) {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "app.kubernetes.io/component=user-data" }))
 	informer := factory.Core().V1().Secrets().Informer()
 	keep := func(obj any) {
-		if s, ok := obj.(*corev1.Secret); ok && len(s.Data[claims.UserDataKey]) > 0 {
+		if s, ok := obj.(*corev1.Secret); ok && len(s.Data[classconfig.UserDataKey]) > 0 {
 			a.mu.Lock()
-			a.data[s.Name] = s.Data[claims.UserDataKey]
+			a.data[s.Name] = s.Data[classconfig.UserDataKey]
 			a.mu.Unlock()
 		}
 	}

@@ -21,7 +21,8 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/nodeclass"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 )
@@ -81,7 +82,7 @@ func TestCatalogueClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
-	controller := claims.NewNodeClassController(kube, kube, clk, discardEvents{}).WithSecretNamespace(ns).WithFamilies(families, "prod-eu")
+	controller := nodeclass.NewController(nodeclass.Options{Kube: kube, APIReader: kube, Clock: clk, Recorder: discardEvents{}, SecretNamespace: ns, Families: families, Cluster: "prod-eu"})
 	reconcileClass := func() *v1alpha1.TofuNodeClass {
 		t.Helper()
 		got := &v1alpha1.TofuNodeClass{}
@@ -96,7 +97,7 @@ func TestCatalogueClass(t *testing.T) {
 		}
 		return got
 	}
-	cp := claims.NewCloudProvider(kube, clk, claims.NewUnavailableOfferings(clk, 3*time.Minute))
+	cp := cloudprovider.New(cloudprovider.Options{Kube: kube, Clock: clk, Unavailable: cloudprovider.NewUnavailableOfferings(clk, 3*time.Minute)})
 	pool := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
 	pool.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Name: nc.Name}
 	// cheapest is the cheapest launchable offering Karpenter is offered.

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/claims"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
@@ -124,7 +124,8 @@ func TestOrphanCollection(t *testing.T) {
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
 	rec := &keptEvents{}
-	collector := claims.NewMachineCollector(kube, kube, clk, rec, families, "prod-eu", ns, states, 10*time.Minute, time.Minute)
+	collector := garbagecollection.NewMachineCollector(garbagecollection.MachineOptions{Kube: kube, APIReader: kube, Clock: clk, Recorder: rec, Families: families,
+		Cluster: "prod-eu", Namespace: ns, StateNamespace: states, Grace: 10 * time.Minute, Interval: time.Minute})
 	exists := func(name string) bool {
 		_, ok := s.Server(servers[name])
 		return ok

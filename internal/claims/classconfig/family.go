@@ -1,0 +1,49 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package classconfig
+
+import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+)
+
+// Family returns the family a class names; false for a generic class or a family this
+// binary does not know (SpecValid says so).
+func Family(families family.Registry, nc *v1alpha1.TofuNodeClass) (family.Family, bool) {
+	if nc == nil {
+		return nil, false
+	}
+	return families.Get(nc.Spec.Family)
+}
+
+// Pools: families whose machines are a finite pool leased to one claim at a time
+// (family.Pool). Create leases a machine and records what the module needs on the
+// Fulfillment; the destroy gives it back; the node types' offerings are available only while
+// the pool has a machine for them; the pool keeper looks after each class's pool.
+
+// Pools is what the generic code needs to call a class's Pool.
+type Pools struct {
+	Families family.Registry
+	// Reader reads from the API server (the leases' compare-and-swap), Writer writes.
+	Reader client.Reader
+	Writer client.Client
+	// StateNamespace is where pools keep their leases: the controller's state namespace.
+	StateNamespace string
+}
+
+// Of returns the class's Pool and its scope (without credentials); false when the class's
+// family has none.
+func (p *Pools) Of(nc *v1alpha1.TofuNodeClass) (family.Pool, family.Scope, bool) {
+	if p == nil {
+		return nil, family.Scope{}, false
+	}
+	f, ok := Family(p.Families, nc)
+	if !ok {
+		return nil, family.Scope{}, false
+	}
+	pool, ok := f.(family.Pool)
+	return pool, family.Scope{Class: nc, Reader: p.Reader, Writer: p.Writer, StateNamespace: p.StateNamespace}, ok
+}

@@ -1,0 +1,45 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package cloudprovider
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+)
+
+// Drift annotations stamped on NodeClaims by Create and compared by IsDrifted.
+const (
+	AnnotationHash        = v1alpha1.Group + "/nodeclass-hash"
+	AnnotationHashVersion = v1alpha1.Group + "/nodeclass-hash-version"
+	// HashVersion changes when the hash's inputs change meaning, so old claims are not
+	// reported drifted by an upgrade of the fulfiller alone. v2: the backend and the token's
+	// lifetime are no longer inputs.
+	HashVersion = "v2"
+)
+
+// nodeHash is the hash of what a node of this type was made from: the module and its version,
+// the variables passed to it, bootstrap settings and the type's own definition. Only what
+// changes a machine is in it. Offerings and prices are left out: they change what Karpenter
+// buys next, not what a running node is. So is the backend (where states are, their
+// encryption, the Secrets holding a connection string or a key), which each claim recorded
+// at Create and keeps, and the bootstrap token's lifetime, which ends with the join.
+func nodeHash(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) string {
+	in := struct {
+		Module    v1alpha1.ModuleSource
+		Variables map[string]string
+		Bootstrap v1alpha1.BootstrapSpec
+		Type      v1alpha1.NodeType
+	}{nc.Spec.Module, nc.Spec.Variables, nc.Spec.Bootstrap, *nt.DeepCopy()}
+	in.Bootstrap.TokenTTL = metav1.Duration{}
+	in.Type.Offerings = nil
+	in.Type.Deadlines = v1alpha1.StageDeadlines{} // how long stages may take does not change a node
+	data, _ := json.Marshal(in)                   // maps marshal with sorted keys: stable
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}

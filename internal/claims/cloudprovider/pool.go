@@ -1,0 +1,82 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package cloudprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+)
+
+// A class whose family is a finite pool (classconfig.Pools) offers only the node types its
+// pool has a machine for now, and Create leases the claim one.
+
+// withPoolOffers makes a pool class's offerings unavailable for the node types its pool has
+// no machine for now. The instance types are copied: the cached ones stay as they are.
+// It also names the types whose pool is exhausted.
+func (c *CloudProvider) withPoolOffers(ctx context.Context, nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceType) ([]*cloudprovider.InstanceType, []string, error) {
+	pool, scope, ok := c.pools.Of(nc)
+	if !ok {
+		return its, nil, nil
+	}
+	counts, err := pool.Offer(ctx, scope)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the pool of nodeclass %s: %w", nc.Name, err)
+	}
+	out, exhausted := offerPool(its, counts)
+	return out, exhausted, nil
+}
+
+// offerPool marks the offerings of types with no machine unavailable, and names them.
+func offerPool(its []*cloudprovider.InstanceType, counts map[string]int) ([]*cloudprovider.InstanceType, []string) {
+	out := make([]*cloudprovider.InstanceType, 0, len(its))
+	var exhausted []string
+	for _, it := range its {
+		n, listed := counts[it.Name]
+		if !listed || n > 0 {
+			out = append(out, it)
+			continue
+		}
+		exhausted = append(exhausted, it.Name)
+		offerings := make(cloudprovider.Offerings, 0, len(it.Offerings))
+		for _, o := range it.Offerings {
+			oc := *o
+			oc.Available = false
+			offerings = append(offerings, &oc)
+		}
+		out = append(out, &cloudprovider.InstanceType{Name: it.Name, Requirements: it.Requirements, Offerings: offerings,
+			Capacity: it.Capacity, VolumeAttachmentLimits: it.VolumeAttachmentLimits, DynamicResources: it.DynamicResources, Overhead: it.Overhead})
+	}
+	return out, exhausted
+}
+
+// leaseFor leases the claim a machine of the chosen type when the class's family is a Pool,
+// and records it on the Fulfillment about to be created: its parameters and provider ID.
+// An exhausted pool is insufficient capacity.
+func (c *CloudProvider) leaseFor(ctx context.Context, nc *v1alpha1.TofuNodeClass, claim *karpv1.NodeClaim, f *v1alpha1.Fulfillment) error {
+	pool, scope, ok := c.pools.Of(nc)
+	if !ok {
+		return nil
+	}
+	lease, err := pool.Lease(ctx, scope, family.PoolClaim{Name: claim.Name, UID: string(claim.UID), NodeType: f.Spec.NodeType})
+	if errors.Is(err, family.ErrPoolExhausted) {
+		// Not marked unavailable for a while: the pool's count (Offer) says when a machine is
+		// back, at once.
+		return cloudprovider.NewInsufficientCapacityError(fmt.Errorf("%s: %w", v1alpha1.ReasonPoolExhausted, err))
+	}
+	if err != nil {
+		return fmt.Errorf("leasing a machine of node type %s: %w", f.Spec.NodeType, err)
+	}
+	f.Spec.Parameters = lease.Parameters
+	if lease.ProviderID != "" {
+		f.Spec.ProviderID = lease.ProviderID
+	}
+	return nil
+}

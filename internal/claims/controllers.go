@@ -1,0 +1,97 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package claims
+
+import (
+	"cmp"
+	"time"
+
+	"github.com/awslabs/operatorpkg/controller"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/nodeclass"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/pool"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
+)
+
+// Options are what the CloudProvider and the controllers are built from.
+type Options struct {
+	// Kube reads through the manager's cache and writes; APIReader reads from the API server.
+	Kube      client.Client
+	APIReader client.Reader
+	Clock     clock.Clock
+	Recorder  events.Recorder
+	// RESTConfig is the API server the join preflight probes for bootstrap token
+	// authentication (nil: no probe).
+	RESTConfig *rest.Config
+	Executor   executor.Executor
+	// Unavailable are the offerings that recently failed, shared by the CloudProvider and
+	// the Fulfillment controller.
+	Unavailable *cloudprovider.UnavailableOfferings
+	// Families are the node-type families classes may name.
+	Families family.Registry
+	// ClusterName is this cluster's name (v1alpha1.LabelCluster).
+	ClusterName string
+	// Namespace holds the claims' user data and runs, and the Secrets classes name;
+	// StateNamespace the claims' states and locks (kubernetes backend) for classes that name
+	// none, and the pools' leases (empty: Namespace).
+	Namespace, StateNamespace string
+	// TofuPath, TofuStartsProviders, RunEnv and DestroyDeadline are the runs' (fulfillment.Options).
+	TofuPath            string
+	TofuStartsProviders bool
+	RunEnv              map[string]string
+	DestroyDeadline     time.Duration
+	// OrphanGrace is how old a machine or state without a claim must be before it is
+	// collected (default garbagecollection.DefaultOrphanGrace).
+	OrphanGrace time.Duration
+	// PoolKeeperInterval is how often the pools are kept.
+	PoolKeeperInterval time.Duration
+}
+
+// withDefaults is o with the state namespace resolved: the one place it is defaulted.
+func (o Options) withDefaults() Options {
+	o.StateNamespace = cmp.Or(o.StateNamespace, o.Namespace)
+	return o
+}
+
+// NewCloudProvider is Karpenter's CloudProvider of the claims.
+func NewCloudProvider(o Options) *cloudprovider.CloudProvider {
+	o = o.withDefaults()
+	return cloudprovider.New(cloudprovider.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Unavailable: o.Unavailable,
+		StateNamespace: o.StateNamespace, Families: o.Families, RecordsAfterAnswer: true})
+}
+
+// NewControllers are the fulfiller's controllers, in one list, to run beside Karpenter's. A
+// local executor learns to wake a claim as soon as its run ends.
+func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controller.Controller {
+	o = o.withDefaults()
+	fulfillments := fulfillment.NewController(fulfillment.Options{
+		Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Executor: o.Executor, Unavailable: o.Unavailable,
+		Namespace: o.Namespace, StateNamespace: o.StateNamespace, TofuPath: o.TofuPath, TofuStartsProviders: o.TofuStartsProviders,
+		RunEnv: o.RunEnv, DestroyDeadline: o.DestroyDeadline, Families: o.Families, ClusterName: o.ClusterName,
+	})
+	if local, ok := o.Executor.(*executor.Local); ok {
+		local.OnEnd = fulfillments.RunEnded
+	}
+	return []controller.Controller{
+		nodeclass.NewController(nodeclass.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder,
+			SecretNamespace: o.Namespace, Families: o.Families, Cluster: o.ClusterName, TokenAuthProbe: o.RESTConfig}),
+		garbagecollection.NewSecretCollector(garbagecollection.SecretOptions{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock,
+			Namespace: o.Namespace, Interval: 20 * time.Second}),
+		garbagecollection.NewMachineCollector(garbagecollection.MachineOptions{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock,
+			Recorder: o.Recorder, Families: o.Families, Cluster: o.ClusterName, Namespace: o.Namespace, StateNamespace: o.StateNamespace,
+			Grace: o.OrphanGrace, Interval: time.Minute}),
+		pool.NewKeeper(pool.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families,
+			SecretNamespace: o.Namespace, StateNamespace: o.StateNamespace, Cluster: o.ClusterName, Interval: o.PoolKeeperInterval}),
+		fulfillments,
+		cloudprovider.NewRecordRecovery(provider, o.Clock),
+	}
+}

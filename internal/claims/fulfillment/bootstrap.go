@@ -1,0 +1,193 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package fulfillment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/gates"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
+)
+
+// bootstrapStage mints the claim's bootstrap token and renders its user data, once: the same
+// user data is passed to every apply of the claim (on Hetzner a change would replace the
+// server).
+type bootstrapStage struct {
+	kube        client.Client
+	apiReader   client.Reader
+	clock       clock.Clock
+	unavailable run.Unavailable
+	namespace   string
+}
+
+func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
+	if s.F.Status.UserDataSecret != "" || s.Conds.IsTrue(v1alpha1.ConditionApplied) || failed(s) {
+		return reconcile.Result{}, nil
+	}
+	if s.Class == nil || s.NodeType == nil {
+		s.Conds.SetFalse(v1alpha1.ConditionApplied, v1alpha1.ReasonNodeClassNotFound, fmt.Sprintf("nodeclass %s or its node type %s is gone", s.F.Spec.NodeClass, s.F.Spec.NodeType))
+		return reconcile.Result{}, nil
+	}
+	name := classconfig.UserDataSecretName(s.F)
+	existing := &corev1.Secret{}
+	err := b.apiReader.Get(ctx, client.ObjectKey{Namespace: b.namespace, Name: name}, existing)
+	if err == nil {
+		s.F.Status.UserDataSecret, s.F.Status.TokenID = name, existing.Annotations[classconfig.AnnotationTokenID]
+		return reconcile.Result{}, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("reading user data secret: %w", err)
+	}
+	ca := &corev1.ConfigMap{}
+	if err := b.apiReader.Get(ctx, client.ObjectKey{Namespace: b.namespace, Name: "kube-root-ca.crt"}, ca); err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading the cluster CA: %w", err)
+	}
+	caHash, err := bootstrap.CACertHash([]byte(ca.Data["ca.crt"]))
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("hashing the cluster CA: %w", err)
+	}
+	tok, err := bootstrap.NewToken()
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	userData, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
+		APIServerEndpoint: s.Class.Spec.Bootstrap.APIServerEndpoint,
+		Token:             tok,
+		CACertHash:        caHash,
+		NodeName:          s.F.Spec.NodeName,
+		ProviderID:        s.F.Spec.ProviderID,
+		ProviderIDFrom:    classconfig.ProviderIDSource(s.NodeType, s.F.Spec.ProviderID),
+		Reservations:      classconfig.Reservations(s.NodeType),
+		Labels:            kubeletLabels(classconfig.NodeLabels(s.NodeType, s.F)),
+		Taints:            append([]corev1.Taint{karpv1.UnregisteredNoExecuteTaint}, gates.Taints(s.Class, s.NodeType)...),
+		CRISocket:         s.Class.Spec.Bootstrap.CRISocket,
+		KubeletExtraArgs:  kubeletArgs(s.Class, s.NodeType),
+		ExtraCloudConfig:  s.Class.Spec.Bootstrap.ExtraCloudConfig,
+		UserDataLimit:     userDataLimit(s.NodeType),
+	})
+	if reason := renderFailure(err); reason != "" {
+		// The same inputs fail for every claim of this type: no machine, no token, and the
+		// offering is not tried again for a while.
+		b.unavailable.MarkUnavailable(s.F.Spec.NodeType, s.F.Spec.Zone, s.F.Spec.CapacityType)
+		s.Conds.SetFalse(v1alpha1.ConditionApplied, reason, err.Error())
+		s.Events = append(s.Events, userDataFailedEvent(s.F, reason, err.Error()))
+		if s.claim != nil {
+			s.Events = append(s.Events, userDataFailedEvent(s.claim, reason, err.Error()))
+		}
+		s.Replace = true
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	ttl := s.Class.TokenTTL()
+	labels := map[string]string{classconfig.LabelNodeClaim: s.F.Name}
+	expires := b.clock.Now().Add(ttl)
+	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
+		Expires:     expires,
+		Description: "fulfiller join token of nodeclaim " + s.F.Name,
+		Labels:      labels,
+	})
+	if err := b.kube.Create(ctx, tokenSecret); err != nil {
+		return reconcile.Result{}, fmt.Errorf("creating bootstrap token: %w", err)
+	}
+	udLabels := classconfig.UserDataLabels()
+	udLabels[classconfig.LabelNodeClaim] = s.F.Name
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: b.namespace, Name: name, Labels: udLabels,
+			Annotations: map[string]string{classconfig.AnnotationTokenID: tok.ID},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{classconfig.UserDataKey: userData},
+	}
+	if err := b.kube.Create(ctx, secret); err != nil {
+		return reconcile.Result{}, fmt.Errorf("creating user data secret: %w", err)
+	}
+	s.F.Status.UserDataSecret, s.F.Status.TokenID = name, tok.ID
+	s.UserData, s.tokenExpires = string(userData), expires
+	return reconcile.Result{}, nil
+}
+
+// renderFailure maps an error of RenderUserData to the reason of a claim that cannot get a
+// machine; "" for other errors.
+func renderFailure(err error) string {
+	switch {
+	case errors.Is(err, bootstrap.ErrUserDataTooLarge):
+		return v1alpha1.ReasonUserDataTooLarge
+	case errors.Is(err, bootstrap.ErrInvalidCloudConfig):
+		return v1alpha1.ReasonInvalidExtraCloudConfig
+	}
+	return ""
+}
+
+// kubeletArgs are the class's kubelet args with the node type's over them, by name.
+func kubeletArgs(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) []bootstrap.Arg {
+	var out []bootstrap.Arg
+	index := map[string]int{}
+	for _, list := range [][]v1alpha1.KubeletArg{nc.Spec.Bootstrap.KubeletExtraArgs, nt.KubeletExtraArgs} {
+		for _, a := range list {
+			if i, ok := index[a.Name]; ok {
+				out[i].Value = a.Value
+				continue
+			}
+			index[a.Name] = len(out)
+			out = append(out, bootstrap.Arg{Name: a.Name, Value: a.Value})
+		}
+	}
+	return out
+}
+
+func userDataLimit(nt *v1alpha1.NodeType) int64 {
+	if nt.UserDataLimit == nil {
+		return 0
+	}
+	return nt.UserDataLimit.Value()
+}
+
+// kubeletLabels keeps the labels a kubelet may set on its own Node under NodeRestriction;
+// Karpenter syncs the others at registration.
+func kubeletLabels(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if kubeletMaySet(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func kubeletMaySet(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return true
+	}
+	restricted := prefix == "kubernetes.io" || strings.HasSuffix(prefix, ".kubernetes.io") ||
+		prefix == "k8s.io" || strings.HasSuffix(prefix, ".k8s.io")
+	if !restricted {
+		return true
+	}
+	switch key {
+	case corev1.LabelHostname, corev1.LabelTopologyZone, corev1.LabelTopologyRegion, corev1.LabelInstanceTypeStable,
+		corev1.LabelOSStable, corev1.LabelArchStable, corev1.LabelFailureDomainBetaZone, corev1.LabelFailureDomainBetaRegion,
+		corev1.LabelInstanceType, corev1.LabelWindowsBuild:
+		return true
+	}
+	return prefix == "kubelet.kubernetes.io" || prefix == "node.kubernetes.io" ||
+		strings.HasSuffix(prefix, ".kubelet.kubernetes.io") || strings.HasSuffix(prefix, ".node.kubernetes.io")
+}

@@ -1,0 +1,70 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package fulfillment
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
+)
+
+// nodeProviderIDField is the Node index Karpenter's operator registers.
+const nodeProviderIDField = "spec.providerID"
+
+// joinStage waits for the Node with the claim's provider ID, revokes the bootstrap token as
+// soon as it is there, and gives up after the node type's join timeout (decideWaiting); while
+// it waits, the family's observation of the machine (machineStage) says why.
+type joinStage struct {
+	kube        client.Client
+	clock       clock.Clock
+	unavailable run.Unavailable
+}
+
+func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
+	joined := s.Conds.Get(v1alpha1.ConditionJoined)
+	if !s.Conds.IsTrue(v1alpha1.ConditionApplied) || s.Conds.IsTrue(v1alpha1.ConditionJoined) || (joined != nil && joined.IsFalse()) {
+		return reconcile.Result{}, nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := j.kube.List(ctx, nodes, client.MatchingFields{nodeProviderIDField: s.F.Status.ProviderID}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodes by provider id: %w", err)
+	}
+	if len(nodes.Items) > 0 {
+		node := &nodes.Items[0]
+		if err := revokeTokens(ctx, j.kube, s.F.Name); err != nil {
+			return reconcile.Result{}, err
+		}
+		s.F.Status.NodeName = node.Name
+		registered := node.CreationTimestamp
+		s.F.Status.Stages.Registered = &registered
+		s.Conds.SetTrueWithReason(v1alpha1.ConditionJoined, v1alpha1.ReasonJoined, "node "+node.Name+" registered")
+		s.Events = append(s.Events, joinedEvent(s.F, node.Name))
+		return reconcile.Result{}, nil
+	}
+	timeout := v1alpha1.DefaultJoinTimeout
+	if s.NodeType != nil {
+		timeout = s.NodeType.JoinTimeoutOrDefault()
+	}
+	waited := j.clock.Since(s.F.Status.Stages.Applied.Time)
+	d := decideWaiting(s.observed, s.F.Status.ProviderID, waited, timeout)
+	if d.Fail {
+		s.Conds.SetFalse(v1alpha1.ConditionJoined, d.Reason, d.Message)
+		s.Events = append(s.Events, joinFailedEvent(s.F, d.Reason, d.Message))
+		if d.MarkUnavailable {
+			j.unavailable.MarkUnavailable(s.F.Spec.NodeType, s.F.Spec.Zone, s.F.Spec.CapacityType)
+		}
+		s.Replace = true
+		return reconcile.Result{}, nil
+	}
+	s.Conds.SetUnknownWithReason(v1alpha1.ConditionJoined, d.Reason, d.Message)
+	return reconcile.Result{RequeueAfter: min(5*time.Second, timeout-waited)}, nil
+}

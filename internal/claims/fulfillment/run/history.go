@@ -1,0 +1,113 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package run
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
+)
+
+// maxRuns bounds the run history kept in a Fulfillment's status.
+const maxRuns = 10
+
+// Last returns the newest run of an operation.
+func Last(f *v1alpha1.Fulfillment, op tfrunner.Operation) *v1alpha1.Run {
+	for i := len(f.Status.Runs) - 1; i >= 0; i-- {
+		if f.Status.Runs[i].Operation == string(op) {
+			return &f.Status.Runs[i]
+		}
+	}
+	return nil
+}
+
+// runsMade counts the runs of an operation this claim made (attempt numbers may skip names
+// that an earlier claim of the same name left).
+func runsMade(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
+	n := 0
+	for _, r := range f.Status.Runs {
+		if r.Operation == string(op) {
+			n++
+		}
+	}
+	return n
+}
+
+// maxNameSkips bounds how many run names taken by an earlier claim of the same name are
+// skipped.
+const maxNameSkips = 20
+
+func runCount(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
+	n := 0
+	for _, r := range f.Status.Runs {
+		if r.Operation == string(op) {
+			n = max(n, r.Attempt)
+		}
+	}
+	return n
+}
+
+// Name is the name of a claim's run of op: bounded (tfrunner.RunName): a claim of a long NodePool name gets a run name a
+// Job may have.
+func Name(f *v1alpha1.Fulfillment, op tfrunner.Operation, attempt int) string {
+	return tfrunner.RunName(f.Name, op, attempt)
+}
+
+func (r *Runs) addRun(f *v1alpha1.Fulfillment, op tfrunner.Operation, attempt int) *v1alpha1.Run {
+	now := metav1.NewTime(r.clock.Now())
+	f.Status.Runs = append(f.Status.Runs, v1alpha1.Run{
+		Name: Name(f, op, attempt), Operation: string(op), Attempt: attempt,
+		Phase: v1alpha1.RunRunning, StartTime: &now,
+	})
+	if len(f.Status.Runs) > maxRuns {
+		f.Status.Runs = f.Status.Runs[len(f.Status.Runs)-maxRuns:]
+	}
+	f.Status.CurrentRun = f.Status.Runs[len(f.Status.Runs)-1].Name
+	return &f.Status.Runs[len(f.Status.Runs)-1]
+}
+
+// finishRun records a finished run from the executor's status. Its runner is free: the claim
+// that has waited longest for one is woken.
+func (r *Runs) finishRun(run *v1alpha1.Run, st executor.RunStatus) {
+	r.waiters.wakeNext()
+	now := metav1.NewTime(r.clock.Now())
+	if st.Result != nil && !st.Result.Finished.IsZero() {
+		now = metav1.NewTime(st.Result.Finished)
+	}
+	run.CompletionTime = &now
+	run.Phase, run.Message = v1alpha1.RunSucceeded, ""
+	if st.Result == nil || !st.Result.Succeeded {
+		run.Phase = v1alpha1.RunFailed
+		run.ErrorClass, run.Message = string(tfrunner.Unknown), "run failed without a result"
+		if st.Result != nil && st.Result.Error != nil {
+			run.ErrorClass, run.Message = string(st.Result.Error.Class), st.Result.Error.Message
+			if at := st.Result.Error.RetryAfter; at != nil {
+				run.RetryAfter = &metav1.Time{Time: *at}
+			}
+		}
+	}
+}
+
+// backoff is the wait before attempt n+1 after n failed attempts.
+func (r *Runs) backoff(attempts int) time.Duration {
+	d := r.opts.RetryBackoff << max(attempts-1, 0)
+	return min(d, 5*time.Minute)
+}
+
+// retryWait is how long to wait before the next attempt, 0 when it may start now: the
+// backoff after the failed run, and at least until its RetryAfter (a rate limit's reset).
+func (r *Runs) retryWait(run *v1alpha1.Run, attempts int) time.Duration {
+	if run == nil || run.Phase != v1alpha1.RunFailed || run.CompletionTime == nil {
+		return 0
+	}
+	until := run.CompletionTime.Add(r.backoff(attempts))
+	if run.RetryAfter != nil && run.RetryAfter.After(until) {
+		until = run.RetryAfter.Time
+	}
+	return max(until.Sub(r.clock.Now()), 0)
+}
