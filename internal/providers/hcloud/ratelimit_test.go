@@ -5,6 +5,9 @@ package hcloud
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -48,6 +51,42 @@ func TestRetryAfter(t *testing.T) {
 			}
 			if got := s.Requests(); len(got) != tc.requests {
 				t.Errorf("requests = %v, want %d", got, tc.requests)
+			}
+		})
+	}
+}
+
+// TestRetryAfterBoundedReset (issue 25, defect 12): a RateLimit-Reset far in the future (a
+// bogus answer, a proxy's) does not stall a run: the API refills a spent budget within the
+// hour, so the retry time is at most an hour away.
+func TestRetryAfterBoundedReset(t *testing.T) {
+	limited := tfrunner.Diagnostic{Severity: "error", Summary: "limit of 3600 requests per hour reached (rate_limit_exceeded, 0123456789abcdef)"}
+	for _, tc := range []struct {
+		name  string
+		reset time.Duration // from now
+		want  time.Duration
+	}{
+		{name: "ten years", reset: 10 * 365 * 24 * time.Hour, want: time.Hour},
+		{name: "two hours", reset: 2 * time.Hour, want: time.Hour},
+		{name: "a minute", reset: time.Minute, want: time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("RateLimit-Limit", "3600")
+				w.Header().Set("RateLimit-Remaining", "0")
+				w.Header().Set("RateLimit-Reset", strconv.FormatInt(time.Now().Add(tc.reset).Unix(), 10))
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"error":{"code":"rate_limit_exceeded","message":"limit of 3600 requests per hour reached"}}`))
+			}))
+			t.Cleanup(api.Close)
+			before := time.Now()
+			at, ok := hcloudrules.Rules{}.RetryAfter(context.Background(), []tfrunner.Diagnostic{limited}, map[string]string{EnvToken: "t", EnvEndpoint: api.URL})
+			if !ok {
+				t.Fatal("RetryAfter() gave no time")
+			}
+			if at.Before(before.Add(tc.want-time.Second)) || at.After(time.Now().Add(tc.want+time.Second)) {
+				t.Errorf("RetryAfter() = %s, want %s after %s", at, tc.want, before)
 			}
 		})
 	}

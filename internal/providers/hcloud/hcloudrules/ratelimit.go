@@ -30,12 +30,19 @@ const CodeRateLimitExceeded = "rate_limit_exceeded"
 // request budget is full again (docs.hetzner.cloud "Rate Limiting").
 const headerRateLimitReset = "RateLimit-Reset"
 
+// maxRateLimitWait bounds a retry time: the API refills a spent budget gradually, one request
+// a second up to 3600 an hour (docs.hetzner.cloud "Rate Limiting"), so it is full again within
+// the hour. A reset further away is not the API's (a bogus header, a proxy's) and would stall
+// a run indefinitely.
+const maxRateLimitWait = time.Hour
+
 var _ tfrunner.RetryTimer = Rules{}
 
 // RetryAfter is when a run that the API's rate limit failed (rate_limit_exceeded) can be
 // retried: the RateLimit-Reset of one cheap read made with the run's token (a read that
 // the exhausted budget refuses still carries the header). False for other failures, or
-// when the API does not say. The runner calls it (tfrunner.RetryTimer), so it reads the API
+// when the API does not say. A reset more than an hour away counts as an hour
+// (maxRateLimitWait). The runner calls it (tfrunner.RetryTimer), so it reads the API
 // with the standard library only.
 func (Rules) RetryAfter(ctx context.Context, errs []tfrunner.Diagnostic, env map[string]string) (time.Time, bool) {
 	limited := false
@@ -58,7 +65,11 @@ func (Rules) RetryAfter(ctx context.Context, errs []tfrunner.Diagnostic, env map
 	if err != nil || reset <= 0 {
 		return time.Time{}, false
 	}
-	return time.Unix(reset, 0), true
+	at := time.Unix(reset, 0)
+	if latest := time.Now().Add(maxRateLimitWait); at.After(latest) {
+		at = latest
+	}
+	return at, true
 }
 
 // Endpoint is the API's address that env gives (EnvEndpoint), DefaultEndpoint when none.
