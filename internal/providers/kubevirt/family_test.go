@@ -260,3 +260,98 @@ func TestObserveStandin(t *testing.T) {
 		t.Errorf("a VM deleted by hand: %+v (%v)", obs, err)
 	}
 }
+
+// TestObserveUsesRecordedSettings (issue 25, defect 3): the watcher looks for a claim's VM
+// where its runs made it, with the parameters recorded at Create (spec.settings), not where
+// the class says now: a class whose namespace changed, or whose node type is gone, does not
+// make the claim's VM look deleted.
+func TestObserveUsesRecordedSettings(t *testing.T) {
+	t.Parallel()
+	c, cs := clients(t)
+	in := newInfra(t, cs, "kv-recorded")
+	ctx := context.Background()
+	// The namespace the class names now, where the same credentials may read VMs too.
+	elsewhere := newInfra(t, cs, "kv-recorded-new").namespace
+	if _, err := cs.RbacV1().RoleBindings(elsewhere).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fulfiller-vms-recorded"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fulfiller-vms"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: infraSA, Namespace: in.namespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	guest := resource.MustParse("1Gi")
+	vm := &virtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "kvr-1", Namespace: in.namespace},
+		Spec: virtv1.VirtualMachineSpec{
+			RunStrategy: ptr.To(virtv1.RunStrategyAlways),
+			Template: &virtv1.VirtualMachineInstanceTemplateSpec{Spec: virtv1.VirtualMachineInstanceSpec{
+				Domain: virtv1.DomainSpec{CPU: &virtv1.CPU{Cores: 1}, Memory: &virtv1.Memory{Guest: &guest}},
+			}},
+		},
+	}
+	if err := c.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	small := v1alpha1.NodeType{Name: "kv-small", Variables: map[string]string{"cpu": "1"}}
+	recorded := &v1alpha1.Fulfillment{Spec: v1alpha1.FulfillmentSpec{NodeName: "kvr-1", NodeType: "kv-small",
+		Settings: &v1alpha1.RunSettings{Parameters: map[string]string{"namespace": in.namespace, "image": bootImage, "cpu": "1"}}}}
+	kv := NewFamily()
+	for _, tc := range []struct {
+		name  string
+		class *v1alpha1.TofuNodeClass
+	}{
+		{name: "as created", class: kubevirtClass(in.namespace, small)},
+		{name: "namespace changed", class: kubevirtClass(elsewhere, small)},
+		{name: "node type removed", class: kubevirtClass(elsewhere)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := family.Scope{Class: tc.class, Env: in.env, Cluster: "test-cluster"}
+			obs, err := kv.Observe(ctx, s, recorded)
+			if err != nil || obs.Gone {
+				t.Errorf("Observe = %+v, %v: the VM in %s, where the claim's runs made it, looks gone", obs, err, in.namespace)
+			}
+		})
+	}
+	// A Fulfillment made before settings were recorded uses its class's.
+	legacy := &v1alpha1.Fulfillment{Spec: v1alpha1.FulfillmentSpec{NodeName: "kvr-1", NodeType: "kv-small"}}
+	if obs, err := kv.Observe(ctx, family.Scope{Class: kubevirtClass(in.namespace, small), Env: in.env}, legacy); err != nil || obs.Gone {
+		t.Errorf("without recorded settings: Observe = %+v, %v", obs, err)
+	}
+}
+
+// TestProxyURLNotLeaked (issue 25, defect 13): a KUBE_PROXY_URL that does not parse is a
+// clear error of the credentials that does not show the URL, whose user info may hold a
+// password.
+func TestProxyURLNotLeaked(t *testing.T) {
+	const password = "s3cr3t-proxy-pw"
+	for _, proxy := range []string{
+		"http://ops:" + password + "@proxy.internal:31 28",
+		"http://ops:" + password + "@proxy internal:3128",
+		"://ops:" + password + "@proxy.internal:3128",
+		"http://ops:" + password + "@proxy.internal:3128/%zz",
+	} {
+		env := map[string]string{"KUBE_HOST": "https://127.0.0.1:6443", "KUBE_TOKEN": "t", "KUBE_PROXY_URL": proxy}
+		cfg, err := restConfig(env, "")
+		if err == nil {
+			_, err = cfg.Proxy(nil)
+		}
+		if err == nil {
+			t.Errorf("proxy %q: no error", proxy)
+			continue
+		}
+		if strings.Contains(err.Error(), password) || strings.Contains(err.Error(), "ops:") {
+			t.Errorf("proxy %q: the error shows its user info: %v", proxy, err)
+		}
+		if reason := checkReason(err); reason != v1alpha1.ReasonInvalidCredentials {
+			t.Errorf("proxy %q: reason %q (%v), want %s", proxy, reason, err, v1alpha1.ReasonInvalidCredentials)
+		}
+	}
+	// One that parses is used as it is.
+	cfg, err := restConfig(map[string]string{"KUBE_HOST": "https://127.0.0.1:6443", "KUBE_PROXY_URL": "http://ops:" + password + "@proxy.internal:3128"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := cfg.Proxy(nil); err != nil || u.Host != "proxy.internal:3128" {
+		t.Errorf("proxy = %v, %v", u, err)
+	}
+}

@@ -64,6 +64,24 @@ func parameters(nc *v1alpha1.TofuNodeClass, nodeType string) map[string]string {
 	return p
 }
 
+// claimParameters are the module parameters of a claim's runs: those recorded at Create
+// (spec.settings), or, for a Fulfillment made before they were recorded, its class's as it is
+// now; what the family chose for the claim (spec.parameters) over them.
+func claimParameters(nc *v1alpha1.TofuNodeClass, f *v1alpha1.Fulfillment) map[string]string {
+	var p map[string]string
+	switch {
+	case f.Spec.Settings != nil:
+		p = maps.Clone(f.Spec.Settings.Parameters)
+	case nc != nil:
+		p = parameters(nc, f.Spec.NodeType)
+	}
+	if p == nil {
+		p = map[string]string{}
+	}
+	maps.Copy(p, f.Spec.Parameters)
+	return p
+}
+
 // restConfig is the infra cluster's client configuration from the class's credentials, read
 // as the kubectl provider reads them: KUBE_HOST and the rest from the environment, else the
 // kubeconfig file parameters.kubeconfig_path names (if the controller can read it). No host
@@ -104,9 +122,27 @@ func restConfig(env map[string]string, kubeconfigPath string) (*rest.Config, err
 		}
 	}
 	if v := env[envProxyURL]; v != "" {
-		cfg.Proxy = func(*http.Request) (*url.URL, error) { return url.Parse(v) }
+		proxy, err := parseProxyURL(v)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Proxy = http.ProxyURL(proxy)
 	}
 	return cfg, nil
+}
+
+// parseProxyURL parses KUBE_PROXY_URL. Its user info may hold a password, so an error shows
+// neither the URL nor a part of it.
+func parseProxyURL(v string) (*url.URL, error) {
+	u, err := url.Parse(v)
+	if err == nil && u.Scheme != "" && u.Host != "" {
+		return u, nil
+	}
+	why := "it needs a scheme and a host"
+	if err != nil {
+		why = "it does not parse"
+	}
+	return nil, family.Errorf(v1alpha1.ReasonInvalidCredentials, "%s is not a proxy URL (%s); its value is not shown, its user info may hold a password", envProxyURL, why)
 }
 
 // infraScheme holds the kinds the family reads on an infra cluster.
@@ -147,14 +183,19 @@ const maxClients = 64
 
 // forScope returns the infra cluster's client for a class's node type.
 func (cs *infraClients) forScope(s family.Scope, nodeType string) (client.Client, map[string]string, error) {
-	params := parameters(s.Class, nodeType)
-	key := identityKey(s.Env, params[paramKubeconfigPath])
+	return cs.forParameters(s.Env, parameters(s.Class, nodeType))
+}
+
+// forParameters returns the infra cluster's client for credentials env and module parameters
+// params (their kubeconfig_path).
+func (cs *infraClients) forParameters(env, params map[string]string) (client.Client, map[string]string, error) {
+	key := identityKey(env, params[paramKubeconfigPath])
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if c, ok := cs.byKey[key]; ok {
 		return c, params, nil
 	}
-	cfg, err := restConfig(s.Env, params[paramKubeconfigPath])
+	cfg, err := restConfig(env, params[paramKubeconfigPath])
 	if err != nil {
 		return nil, params, err
 	}

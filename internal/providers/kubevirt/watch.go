@@ -16,11 +16,13 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 )
 
-// Observe reads the claim's VirtualMachine and its VMI on the infra cluster with the class's
-// credentials and says where the VM is (family.MachineWatcher). A VMI the credentials may not
-// read is left out: the VM's status mirrors its conditions.
+// Observe reads the claim's VirtualMachine and its VMI on the infra cluster with the claim's
+// credentials (s.Env) and says where the VM is (family.MachineWatcher). The VM is looked for
+// where the claim's runs made it: with the parameters recorded at Create (claimParameters),
+// so that an edited class does not make it look deleted. A VMI the credentials may not read
+// is left out: the VM's status mirrors its conditions.
 func (f *Family) Observe(ctx context.Context, s family.Scope, ff *v1alpha1.Fulfillment) (family.Observation, error) {
-	c, params, err := f.infra.forScope(s, ff.Spec.NodeType)
+	c, params, err := f.infra.forParameters(s.Env, claimParameters(s.Class, ff))
 	if err != nil {
 		return family.Observation{}, err
 	}
