@@ -12,11 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 // TestBackendValidation: the API server itself refuses backends that cannot work and changes
@@ -24,23 +22,7 @@ import (
 // current backend settings).
 func TestBackendValidation(t *testing.T) {
 	ctx := context.Background()
-	cp, err := testenv.Start(ctx, testenv.Options{CRDs: testenv.DefaultCRDs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := apiServer(t)
 	class := func(name string, backend v1alpha1.Backend) *v1alpha1.TofuNodeClass {
 		return &v1alpha1.TofuNodeClass{
 			ObjectMeta: metav1.ObjectMeta{Name: name},

@@ -11,34 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 // TestCatalogValidation: the API server accepts a class with either node types or a
 // catalogue, and refuses one with both or neither, and a catalogue with a bad selector.
 func TestCatalogValidation(t *testing.T) {
 	ctx := context.Background()
-	cp, err := testenv.Start(ctx, testenv.Options{CRDs: testenv.DefaultCRDs()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := apiServer(t)
 	types := []v1alpha1.NodeType{{Name: "small",
 		Capacity:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
 		Offerings: []v1alpha1.Offering{{Zone: "a", Price: "0.01"}}}}

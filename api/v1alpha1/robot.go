@@ -4,6 +4,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,13 +61,35 @@ func (p *RobotPool) SSHAddressOf(number int) string {
 	return ""
 }
 
-// RobotDiscovery selects servers of the account: by name prefix, product, or both.
+// RobotDiscovery selects servers of the account: by name prefix, product, or both; at least
+// one of them (an entry with neither, or whose field name is misspelt and dropped, would take
+// every server of the account).
+// +kubebuilder:validation:XValidation:rule="(has(self.namePrefix) && size(self.namePrefix) > 0) || (has(self.product) && size(self.product) > 0)",message="a discover entry needs namePrefix or product: without either it would take every server of the Robot account"
 type RobotDiscovery struct {
 	// +optional
 	NamePrefix string `json:"namePrefix,omitempty"`
 	// +optional
 	Product  string `json:"product,omitempty"`
 	NodeType string `json:"nodeType"`
+}
+
+// HasSelector reports whether the entry selects by name prefix or product, not the whole
+// account.
+func (d RobotDiscovery) HasSelector() bool { return d.NamePrefix != "" || d.Product != "" }
+
+// Validate returns what is wrong with the pool's declaration that the API server may not have
+// refused (a CRD installed before its rules): a discover entry without a selector.
+func (p *RobotPool) Validate() []error {
+	if p == nil {
+		return nil
+	}
+	var errs []error
+	for i, d := range p.Discover {
+		if !d.HasSelector() {
+			errs = append(errs, fmt.Errorf("robot.discover[%d] (node type %s) has neither namePrefix nor product: it would take every server of the Robot account", i, d.NodeType))
+		}
+	}
+	return errs
 }
 
 // RegistrationWindow is Karpenter's fixed window for a claim's Node to register (its
