@@ -90,8 +90,20 @@ type Machine struct {
 	// From the machine's labels: the cluster, the claim (the NodeClaim's name), the class and
 	// the NodePool.
 	Cluster, Claim, Class, NodePool string
-	// Created is when the machine was created.
+	// Created is the latest moment the machine could have been created: an API that gives
+	// the time to the second gives the end of that second (LatestWithin), so that a grace
+	// period counted from it is never cut short.
 	Created time.Time
+}
+
+// LatestWithin is the latest moment within precision of t, a time an API truncated to
+// precision (Hetzner's and Kubernetes' creation times to the second): the end of that
+// interval.
+func LatestWithin(t time.Time, precision time.Duration) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Truncate(precision).Add(precision)
 }
 
 // CredentialsChecker (optional) makes a cheap authenticated read with the class's

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
 
@@ -53,7 +54,8 @@ func machine(srv *schema.Server) family.Machine {
 		Claim:      claim,
 		Class:      srv.Labels[v1alpha1.LabelNodeClass],
 		NodePool:   srv.Labels[v1alpha1.LabelNodePool],
-		Created:    srv.Created,
+		// The API gives the creation time to the second.
+		Created: family.LatestWithin(srv.Created, time.Second),
 	}
 }
 

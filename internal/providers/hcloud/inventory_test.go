@@ -103,3 +103,41 @@ func TestInventory(t *testing.T) {
 		t.Errorf("deleting a deleted server: %v", err)
 	}
 }
+
+// TestInventoryCreatedAtTheLatest (issue 25, defect 14): the API gives a server's creation
+// time to the second, as Hetzner's does; a listed machine's Created is the latest moment the
+// server could have been created, never before its exact creation, so that the orphan
+// collector's grace period is never cut short.
+func TestInventoryCreatedAtTheLatest(t *testing.T) {
+	s := standin.StartT(t, standin.Options{})
+	c := hcloudClient(s)
+	ctx := context.Background()
+	for i := range 3 {
+		res, _, err := c.Server.Create(ctx, hcloud.ServerCreateOpts{Name: "srv-" + strconv.Itoa(i), ServerType: &hcloud.ServerType{Name: "cx23"},
+			Image: &hcloud.Image{Name: "ubuntu-24.04"}, Location: &hcloud.Location{Name: "fsn1"},
+			Labels: map[string]string{"fulfiller.sh/cluster": "prod-eu", "karpenter.sh/nodeclaim": "claim-" + strconv.Itoa(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Action.WaitFor(ctx, res.Action); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exact := map[string]time.Time{}
+	for _, srv := range s.Servers() {
+		exact[strconv.FormatInt(srv.ID, 10)] = srv.Created
+	}
+	machines, err := NewFamily().List(ctx, family.Scope{Env: map[string]string{EnvToken: s.Token(), EnvEndpoint: s.Endpoint()}, Cluster: "prod-eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(machines) != 3 {
+		t.Fatalf("listed %d machines, want 3", len(machines))
+	}
+	for _, m := range machines {
+		created := exact[m.ID]
+		if m.Created.Before(created) || m.Created.After(created.Add(time.Second)) {
+			t.Errorf("machine %s: Created %s, want within a second after its exact creation %s", m.Name, m.Created.Format(time.RFC3339Nano), created.Format(time.RFC3339Nano))
+		}
+	}
+}

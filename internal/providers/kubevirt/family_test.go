@@ -155,6 +155,7 @@ func TestInventory(t *testing.T) {
 		}
 	}
 	mine := map[string]string{v1alpha1.LabelCluster: "test-cluster", v1alpha1.LabelNodeClaim: "n1", v1alpha1.LabelNodeClass: "kv", v1alpha1.LabelNodePool: "pool"}
+	before := time.Now()
 	mk("n1", mine)
 	mk("n2", map[string]string{v1alpha1.LabelCluster: "other-cluster", v1alpha1.LabelNodeClaim: "n2"})
 	mk("n3", map[string]string{v1alpha1.LabelNodeClaim: "n3"})
@@ -168,6 +169,11 @@ func TestInventory(t *testing.T) {
 		t.Fatalf("List() = %+v, want n1 only", got)
 	}
 	m := got[0]
+	// The API server keeps creationTimestamp to the second: Created is the latest moment the
+	// VM could have been created, never before it was (issue 25, defect 14, as in hcloud).
+	if m.Created.Before(before) || m.Created.After(time.Now().Add(time.Second)) {
+		t.Errorf("Created %s, want between %s and a second after now", m.Created.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano))
+	}
 	if m.ID != in.namespace+"/n1" || m.Name != "n1" || m.ProviderID != "kubevirt://n1" || m.Cluster != "test-cluster" || m.Claim != "n1" ||
 		m.Class != "kv" || m.NodePool != "pool" || m.Created.IsZero() {
 		t.Errorf("machine %+v", m)

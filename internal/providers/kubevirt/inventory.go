@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,7 +73,8 @@ func machine(vm *virtv1.VirtualMachine) family.Machine {
 	return family.Machine{
 		ID: vm.Namespace + "/" + vm.Name, Name: vm.Name, ProviderID: providerIDPrefix + vm.Name,
 		Cluster: l[v1alpha1.LabelCluster], Claim: l[v1alpha1.LabelNodeClaim], Class: l[v1alpha1.LabelNodeClass], NodePool: l[v1alpha1.LabelNodePool],
-		Created: vm.CreationTimestamp.Time,
+		// The API server keeps creationTimestamp to the second.
+		Created: family.LatestWithin(vm.CreationTimestamp.Time, time.Second),
 	}
 }
 
