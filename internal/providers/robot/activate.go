@@ -56,6 +56,9 @@ var (
 	ErrInstallFailed = errors.New("install failed")
 	// ErrRescueUnreachable: the rescue system did not answer after the reset.
 	ErrRescueUnreachable = errors.New("rescue system unreachable")
+	// ErrServerChanged: the webservice no longer describes the server as the pool keeper's
+	// listing did (renamed, another product, cancelled): it may have left the pool.
+	ErrServerChanged = errors.New("server changed since the account was read")
 )
 
 // Recorder keeps what an activation learns about a server (its new host key, its state) in
@@ -107,6 +110,10 @@ type Release struct {
 	Hostname string
 	Image    string
 	Drives   []string
+	// Expect, when set, is the server as the account's listing described it when the pool
+	// keeper chose to install it: a server the webservice now names otherwise, of another
+	// product, or cancelled is not touched (ErrServerChanged).
+	Expect *Server
 }
 
 // Outcome is what the module outputs.
@@ -239,6 +246,10 @@ func (a *Activator) Release(ctx context.Context, rel Release) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reading server %d: %w", rel.Server, err)
 	}
+	if e := rel.Expect; e != nil && (srv.Name != e.Name || srv.Product != e.Product || srv.Cancelled) {
+		return Outcome{}, fmt.Errorf("%w: server %d is now %q (%s, cancelled %v), listed as %q (%s): not installed",
+			ErrServerChanged, srv.Number, srv.Name, srv.Product, srv.Cancelled, e.Name, e.Product)
+	}
 	rescue, err := a.bootRescue(ctx, srv)
 	if err != nil {
 		return Outcome{}, err
@@ -256,15 +267,22 @@ func (a *Activator) Release(ctx context.Context, rel Release) (Outcome, error) {
 }
 
 // Probe reports the installed system's state (standby, active), connecting with the pinned
-// host key. The pool keeper calls it on reinstalling servers.
+// host key to the address the webservice gives (one GET /server/{n}).
 func (a *Activator) Probe(ctx context.Context, server int, hostKey string) (string, error) {
-	pinned, err := ParseHostKey(hostKey)
-	if err != nil {
-		return "", err
-	}
 	srv, err := a.Client.GetServer(ctx, server)
 	if err != nil {
 		return "", fmt.Errorf("reading server %d: %w", server, err)
+	}
+	return a.ProbeAt(ctx, *srv, hostKey)
+}
+
+// ProbeAt is Probe at the address of srv as the account's listing gave it, without a
+// webservice request: the pool keeper probes reinstalling and unverified servers every
+// round, and GET /server/{n} shares GET /server's 200 an hour.
+func (a *Activator) ProbeAt(ctx context.Context, srv Server, hostKey string) (string, error) {
+	pinned, err := ParseHostKey(hostKey)
+	if err != nil {
+		return "", err
 	}
 	c, err := DialSSH(ctx, a.target(srv.IP, PinnedHostKey(pinned)))
 	if err != nil {
@@ -273,7 +291,7 @@ func (a *Activator) Probe(ctx context.Context, server int, hostKey string) (stri
 	defer c.Close()
 	out, err := c.Run(ctx, CommandState, nil)
 	if err != nil {
-		return "", fmt.Errorf("server %d: %w", server, err)
+		return "", fmt.Errorf("server %d: %w", srv.Number, err)
 	}
 	return strings.TrimSpace(string(out)), nil
 }

@@ -5,6 +5,8 @@ package robot
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
@@ -21,12 +26,14 @@ import (
 )
 
 // Machines is what the pool keeper does to servers: read the account's servers, ask an
-// installed system its state (pinned to its recorded host key), and install a server as a
-// standby (rescue, reset, installimage detached; the new host key recorded first).
+// installed system its state over SSH (pinned to its recorded host key, at the address the
+// account's listing gives: no webservice request), and install a server as a standby
+// (rescue, reset, installimage detached; the new host key recorded first) — only while the
+// webservice still describes it as the listing did.
 type Machines interface {
 	Servers(ctx context.Context) ([]Server, error)
-	Probe(ctx context.Context, server int, hostKey string) (string, error)
-	InstallStandby(ctx context.Context, server int, rec Recorder) error
+	Probe(ctx context.Context, srv Server, hostKey string) (string, error)
+	InstallStandby(ctx context.Context, srv Server, rec Recorder) error
 }
 
 // Defaults of an install the keeper starts, as the module's (parameters image and drives).
@@ -41,12 +48,17 @@ const (
 	accountTTL       = 5 * time.Minute
 	backgroundBudget = 15 * time.Minute
 	probeBudget      = 20 * time.Second
+	// releaseBudget bounds giving an install's lease back after the keeper stopped.
+	releaseBudget = 10 * time.Second
 )
 
 // keeperState is what the family remembers between Keep calls: the account's servers and the
-// Machines of each class, the servers it works on, when it first saw a server reinstalling,
-// and the quarantines it has reported.
+// Machines of each class, the servers it works on, when it first saw a server reinstalling or
+// unverified, and the quarantines it has reported. holder is the lease holder of this
+// keeper's installs: keeperHolder and an identity of this process, so that a lease an earlier
+// process (a restarted controller, a former leader) left is told from one in flight here.
 type keeperState struct {
+	holder    string
 	mu        sync.Mutex
 	machines  map[string]Machines
 	accounts  map[string]cachedAccount
@@ -70,10 +82,18 @@ func (f *Family) now() time.Time {
 
 func (f *Family) state() *keeperState {
 	f.once.Do(func() {
-		f.keeper = &keeperState{machines: map[string]Machines{}, accounts: map[string]cachedAccount{},
+		id := make([]byte, 4)
+		_, _ = rand.Read(id) // crypto/rand does not fail
+		f.keeper = &keeperState{holder: keeperHolder + "/" + hex.EncodeToString(id),
+			machines: map[string]Machines{}, accounts: map[string]cachedAccount{},
 			inflight: map[string]bool{}, firstSeen: map[string]time.Time{}, reported: map[string]bool{}}
 	})
 	return f.keeper
+}
+
+// isKeeperHolder reports whether holder is a pool keeper's, this process's or another's.
+func isKeeperHolder(holder string) bool {
+	return holder == keeperHolder || strings.HasPrefix(holder, keeperHolder+"/")
 }
 
 // Wait waits for the keeper's background work (tests).
@@ -161,14 +181,15 @@ func (m *activatorMachines) Servers(ctx context.Context) ([]Server, error) {
 	return m.a.Client.ListServers(ctx)
 }
 
-func (m *activatorMachines) Probe(ctx context.Context, server int, hostKey string) (string, error) {
-	return m.activator(server).Probe(ctx, server, hostKey)
+func (m *activatorMachines) Probe(ctx context.Context, srv Server, hostKey string) (string, error) {
+	return m.activator(srv.Number).ProbeAt(ctx, srv, hostKey)
 }
 
-func (m *activatorMachines) InstallStandby(ctx context.Context, server int, rec Recorder) error {
-	a := m.activator(server)
+func (m *activatorMachines) InstallStandby(ctx context.Context, srv Server, rec Recorder) error {
+	a := m.activator(srv.Number)
 	a.Recorder = rec
-	_, err := a.Release(ctx, Release{Server: server, Image: m.image, Drives: m.drives})
+	listed := srv
+	_, err := a.Release(ctx, Release{Server: srv.Number, Image: m.image, Drives: m.drives, Expect: &listed})
 	return err
 }
 
@@ -219,7 +240,13 @@ func poolMembers(nc *v1alpha1.TofuNodeClass, servers []Server) (map[string]strin
 			add(int(d.Number), d.NodeType)
 		}
 	}
-	for _, d := range nc.Spec.Robot.Discover {
+	for i, d := range nc.Spec.Robot.Discover {
+		if !d.HasSelector() {
+			// The API server refuses it; a CRD older than that rule lets it through. Taking
+			// every server of the account would reinstall servers the pool was never given.
+			problems = append(problems, fmt.Sprintf("spec.robot.discover[%d] has neither namePrefix nor product and selects nothing: it would take every server of the Robot account", i))
+			continue
+		}
 		for _, srv := range servers {
 			if srv.Cancelled || (d.NamePrefix != "" && !strings.HasPrefix(srv.Name, d.NamePrefix)) || (d.Product != "" && srv.Product != d.Product) {
 				continue
@@ -230,10 +257,12 @@ func poolMembers(nc *v1alpha1.TofuNodeClass, servers []Server) (map[string]strin
 	return want, problems
 }
 
-// Keep looks after the class's pool: it creates the servers' leases, releases those of
-// claims that are gone, probes servers reinstalling (back to standby) or unverified, counts
-// their failures and quarantines at the second, and installs fresh servers ahead of need to
-// keep spec.robot.warm per node type in standby.
+// Keep looks after the class's pool: it creates the servers' leases and marks the members
+// of the pool (a server that left it is offered no more), releases leases of claims that are
+// gone and installs an earlier keeper left, probes servers reinstalling (back to standby) or
+// unverified, counts their failures and quarantines at the second, and installs fresh servers
+// ahead of need to keep spec.robot.warm per node type in standby. Its background work ends
+// with ctx (the leader's).
 func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context.Context, claim, uid string) (bool, error)) (family.PoolReport, error) {
 	m, err := f.machinesFor(s)
 	if err != nil {
@@ -249,6 +278,69 @@ func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context
 	if err != nil {
 		return family.PoolReport{}, err
 	}
+	joined, more, err := f.join(ctx, s, inv, items, want)
+	if err != nil {
+		return family.PoolReport{}, err
+	}
+	problems = append(problems, more...)
+	left, err := f.leave(ctx, s, inv, items, want)
+	if err != nil {
+		return family.PoolReport{}, err
+	}
+	if joined+left > 0 {
+		if items, err = inv.List(ctx); err != nil {
+			return family.PoolReport{}, err
+		}
+	}
+	listed := map[string]Server{}
+	for _, srv := range servers {
+		listed[strconv.Itoa(srv.Number)] = srv
+	}
+	ks := f.state()
+	mine := members(items, s.Class.Name)
+	for i := range mine {
+		it := &mine[i]
+		switch state := it.Attributes[AttrState]; {
+		case isKeeperHolder(it.Holder):
+			if it.Holder == ks.holder && f.inFlight(it.ID) {
+				continue
+			}
+			// An install an earlier keeper left (a restarted controller, a former leader), or
+			// one whose release failed: released with what it recorded. A server whose reinstall
+			// started is followed to standby by the probe (and counted failed if it never gets
+			// there); one that recorded nothing yet is fresh and installed anew.
+			if err := ignoreNotHolder(inv.Release(ctx, it.ID, it.Holder, nil)); err != nil {
+				return family.PoolReport{}, err
+			}
+			it.Holder = ""
+		case it.Leased():
+			if err := f.sweep(ctx, inv, *it, live); err != nil {
+				return family.PoolReport{}, err
+			}
+		case it.Quarantined():
+		case state == StateInstalling || state == StateActive:
+			// Released after an activation that failed (the destroy of a failed apply runs no
+			// reinstall; the failure is counted): installed anew ahead of need.
+			if err := ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", map[string]string{AttrState: ""})); err != nil {
+				return family.PoolReport{}, err
+			}
+			it.Attributes[AttrState] = ""
+		case state == StateReinstalling || state == StateUnverified:
+			if srv, ok := listed[it.ID]; ok {
+				item := *it
+				f.background(ctx, it.ID, func(ctx context.Context) error { return f.check(ctx, s, m, item, srv) })
+			}
+		}
+	}
+	f.installAhead(ctx, s, m, mine, want, listed)
+	return f.report(s, mine, problems), nil
+}
+
+// join marks the members of the pool as the class's: class, node type and the pool digest
+// they are members under (candidates offers only those). A server in the pool of another
+// class is a problem, unless that class is gone. A leased server is left as it is until its
+// release. It returns how many leases it wrote.
+func (f *Family) join(ctx context.Context, s family.Scope, inv statelock.Inventory, items []statelock.Item, want map[string]string) (int, []string, error) {
 	byID := map[string]statelock.Item{}
 	for _, it := range items {
 		byID[it.ID] = it
@@ -258,53 +350,77 @@ func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(a, b int) bool { return number(ids[a]) < number(ids[b]) })
+	digest := poolDigest(s.Class)
+	var problems []string
+	written := 0
 	for _, id := range ids {
 		it, ok := byID[id]
 		if !ok {
 			if err := inv.Ensure(ctx, id); err != nil {
-				return family.PoolReport{}, err
+				return written, nil, err
 			}
+			written++
 		}
-		switch owner := it.Attributes[AttrClass]; {
-		case owner != "" && owner != s.Class.Name:
-			problems = append(problems, fmt.Sprintf("server %s is in the pool of class %s", id, owner))
-		case it.Leased():
-		case owner == "" || it.Attributes[AttrNodeType] != want[id]:
-			err := inv.SetAttributes(ctx, id, "", map[string]string{AttrClass: s.Class.Name, AttrNodeType: want[id]})
-			if err != nil && !errors.Is(err, statelock.ErrNotHolder) {
-				return family.PoolReport{}, err
+		owner := it.Attributes[AttrClass]
+		if owner != "" && owner != s.Class.Name {
+			gone, err := classGone(ctx, s, owner)
+			if err != nil {
+				return written, nil, err
 			}
+			if !gone || it.Leased() {
+				problems = append(problems, fmt.Sprintf("server %s is in the pool of class %s", id, owner))
+				continue
+			}
+			owner = "" // the class whose pool it was is deleted
 		}
-	}
-	if items, err = inv.List(ctx); err != nil {
-		return family.PoolReport{}, err
-	}
-	mine := members(items, s.Class.Name)
-	for _, it := range mine {
-		switch state := it.Attributes[AttrState]; {
-		case it.Leased() && it.Holder != keeperHolder:
-			if err := f.sweep(ctx, inv, it, live); err != nil {
-				return family.PoolReport{}, err
-			}
-		case it.Quarantined() || it.Leased():
-		case state == StateInstalling || state == StateActive:
-			// Released after an activation that failed (the destroy of a failed apply runs no
-			// reinstall; the failure is counted): installed anew ahead of need.
-			if err := ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", map[string]string{AttrState: ""})); err != nil {
-				return family.PoolReport{}, err
-			}
-		case state == StateReinstalling || state == StateUnverified:
-			f.background(s, it.ID, func(ctx context.Context) error { return f.check(ctx, s, m, it) })
+		if it.Leased() || owner != "" && it.Attributes[AttrNodeType] == want[id] && it.Attributes[AttrPool] == digest {
+			continue
 		}
+		err := inv.SetAttributes(ctx, id, "", map[string]string{AttrClass: s.Class.Name, AttrNodeType: want[id], AttrPool: digest})
+		if err != nil && !errors.Is(err, statelock.ErrNotHolder) {
+			return written, nil, err
+		}
+		written++
 	}
-	f.installAhead(s, m, mine, want)
-	return f.report(s, mine, problems), nil
+	return written, problems, nil
 }
 
-// account reads the account's servers, at most every accountTTL per class and generation.
+// leave gives up the free servers of the class that are no longer members of its pool
+// (removed from spec.robot, cancelled, gone from the account, their node type removed): they
+// are offered no more, and another class may take them. A leased one leaves after its
+// release. It returns how many leases it wrote.
+func (f *Family) leave(ctx context.Context, s family.Scope, inv statelock.Inventory, items []statelock.Item, want map[string]string) (int, error) {
+	written := 0
+	for _, it := range items {
+		if it.Attributes[AttrClass] != s.Class.Name || want[it.ID] != "" || it.Leased() {
+			continue
+		}
+		err := inv.SetAttributes(ctx, it.ID, "", map[string]string{AttrClass: "", AttrNodeType: "", AttrPool: ""})
+		if err := ignoreNotHolder(err); err != nil {
+			return written, err
+		}
+		written++
+	}
+	return written, nil
+}
+
+// classGone reports whether the class named name no longer exists.
+func classGone(ctx context.Context, s family.Scope, name string) (bool, error) {
+	err := s.Reader.Get(ctx, client.ObjectKey{Name: name}, &v1alpha1.TofuNodeClass{})
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsNotFound(err):
+		return true, nil
+	}
+	return false, fmt.Errorf("reading nodeclass %s: %w", name, err)
+}
+
+// account reads the account's servers, at most every accountTTL per set of credentials: the
+// classes of one webservice user share the reading, and its GET /server budget.
 func (f *Family) account(ctx context.Context, s family.Scope, m Machines) ([]Server, error) {
 	ks := f.state()
-	key := fmt.Sprintf("%s/%d", s.Class.UID, s.Class.Generation)
+	key := family.EnvDigest(s.Env)
 	ks.mu.Lock()
 	hit, ok := ks.accounts[key]
 	ks.mu.Unlock()
@@ -319,6 +435,14 @@ func (f *Family) account(ctx context.Context, s family.Scope, m Machines) ([]Ser
 	ks.accounts[key] = cachedAccount{servers: servers, at: f.now()}
 	ks.mu.Unlock()
 	return servers, nil
+}
+
+// forgetAccount drops the reading of the class's account: the next Keep reads it again.
+func (f *Family) forgetAccount(s family.Scope) {
+	ks := f.state()
+	ks.mu.Lock()
+	delete(ks.accounts, family.EnvDigest(s.Env))
+	ks.mu.Unlock()
 }
 
 // sweep releases a lease whose claim is gone (a controller that stopped between leasing and
@@ -341,48 +465,61 @@ func (f *Family) sweep(ctx context.Context, inv statelock.Inventory, it stateloc
 	return nil
 }
 
-// check probes a free server that is reinstalling or unverified: standby puts it back into
-// service; another state or host key is a failure; a reinstall that has not reached standby
+// check probes a free server that is reinstalling or unverified, over SSH at its listed
+// address: standby puts it back into service; another state or host key is a failure. A
+// reinstall that has not reached standby, or an unverified server that has not answered,
 // after the cold activation time and its install timeout is one too.
-func (f *Family) check(ctx context.Context, s family.Scope, m Machines, it statelock.Item) error {
+func (f *Family) check(ctx context.Context, s family.Scope, m Machines, it statelock.Item, srv Server) error {
 	inv := inventory(s)
 	ks := f.state()
 	probeCtx, cancel := context.WithTimeout(ctx, probeBudget)
-	state, err := m.Probe(probeCtx, number(it.ID), it.Attributes[AttrHostKey])
+	state, err := m.Probe(probeCtx, srv, it.Attributes[AttrHostKey])
 	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err() // the keeper stopped: nothing was learnt
+	}
 	var mismatch *HostKeyMismatchError
 	switch {
 	case err == nil && state == StateStandby:
-		ks.mu.Lock()
-		delete(ks.firstSeen, it.ID)
-		ks.mu.Unlock()
+		f.forget(it.ID)
 		attrs := map[string]string{AttrState: StateStandby}
 		if it.Attributes[AttrState] == StateReinstalling {
 			attrs[AttrFailures], attrs[AttrLastFailure] = "", ""
 		}
 		return ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", attrs))
 	case it.Attributes[AttrState] == StateUnverified && errors.As(err, &mismatch):
+		f.forget(it.ID)
 		return f.fail(ctx, inv, it, robotrules.ReasonHostKeyMismatch, "")
 	case it.Attributes[AttrState] == StateUnverified && err == nil:
+		f.forget(it.ID)
 		return f.fail(ctx, inv, it, robotrules.ReasonNotStandby, "")
-	case it.Attributes[AttrState] == StateReinstalling:
-		// Until the installed system boots, the rescue system (another host key) or nothing
-		// answers: only the time counts.
-		ks.mu.Lock()
-		first, ok := ks.firstSeen[it.ID]
-		if !ok {
-			first = f.now()
-			ks.firstSeen[it.ID] = first
-		}
-		ks.mu.Unlock()
-		if since(f.now(), first) > s.Class.Spec.Robot.ColdActivationOrDefault().Duration+backgroundBudget {
-			ks.mu.Lock()
-			delete(ks.firstSeen, it.ID)
-			ks.mu.Unlock()
-			return f.fail(ctx, inv, it, robotrules.ReasonInstallFailed, "")
-		}
 	}
-	return nil
+	// Until the installed system boots, the rescue system (another host key) or nothing
+	// answers a reinstalling server; an unverified one may be rebooting: only the time counts.
+	ks.mu.Lock()
+	first, ok := ks.firstSeen[it.ID]
+	if !ok {
+		first = f.now()
+		ks.firstSeen[it.ID] = first
+	}
+	ks.mu.Unlock()
+	if since(f.now(), first) <= s.Class.Spec.Robot.ColdActivationOrDefault().Duration+backgroundBudget {
+		return nil
+	}
+	f.forget(it.ID)
+	reason := robotrules.ReasonInstallFailed
+	if it.Attributes[AttrState] == StateUnverified {
+		reason = robotrules.ReasonNotStandby
+	}
+	return f.fail(ctx, inv, it, reason, "")
+}
+
+// forget drops when a server was first seen reinstalling or unverified.
+func (f *Family) forget(id string) {
+	ks := f.state()
+	ks.mu.Lock()
+	delete(ks.firstSeen, id)
+	ks.mu.Unlock()
 }
 
 // fail counts a failure of a free server (or one the keeper holds, holder) and quarantines
@@ -402,55 +539,73 @@ func (f *Family) fail(ctx context.Context, inv statelock.Inventory, it statelock
 	return nil
 }
 
-// installAhead installs fresh servers as standbys until each node type has spec.robot.warm
-// servers in standby or on their way there.
-func (f *Family) installAhead(s family.Scope, m Machines, mine []statelock.Item, want map[string]string) {
+// installAhead installs fresh members of the pool as standbys until each node type has
+// spec.robot.warm servers in standby or on their way there. Only a server the account still
+// lists is installed, and only while the webservice describes it as the listing did.
+func (f *Family) installAhead(ctx context.Context, s family.Scope, m Machines, mine []statelock.Item, want map[string]string, listed map[string]Server) {
 	warm := s.Class.Spec.Robot.WarmOrDefault()
 	have := map[string]int{}
 	idle := map[string][]statelock.Item{}
 	for _, it := range mine {
 		nt := it.Attributes[AttrNodeType]
-		if want[it.ID] == "" || it.Quarantined() {
+		if want[it.ID] == "" || want[it.ID] != nt || it.Quarantined() {
 			continue
 		}
 		switch state := it.Attributes[AttrState]; {
-		case it.Holder == keeperHolder, warmReady(it), it.Free() && state == StateReinstalling:
+		case isKeeperHolder(it.Holder), warmReady(it), it.Free() && state == StateReinstalling:
 			have[nt]++
 		case fresh(it):
-			idle[nt] = append(idle[nt], it)
+			if _, ok := listed[it.ID]; ok {
+				idle[nt] = append(idle[nt], it)
+			}
 		}
 	}
 	for nt, list := range idle {
 		for i := 0; i < len(list) && have[nt] < warm; i++ {
-			it := list[i]
+			it, srv := list[i], listed[list[i].ID]
 			have[nt]++
-			f.background(s, it.ID, func(ctx context.Context) error { return f.install(ctx, s, m, it) })
+			f.background(ctx, it.ID, func(ctx context.Context) error { return f.install(ctx, s, m, it, srv) })
 		}
 	}
 }
 
-// install leases a fresh server to the keeper, installs it as a standby and gives it back
-// (reinstalling: the next check sees it reach standby).
-func (f *Family) install(ctx context.Context, s family.Scope, m Machines, it statelock.Item) error {
+// install leases a fresh server to this keeper, installs it as a standby and gives it back
+// (reinstalling: the next check sees it reach standby). An install the keeper's end
+// interrupts is no failure of the server; its lease is given back all the same.
+func (f *Family) install(ctx context.Context, s family.Scope, m Machines, it statelock.Item, srv Server) error {
 	inv := inventory(s)
-	if err := inv.Acquire(ctx, it.ID, keeperHolder); err != nil {
+	holder := f.state().holder
+	if err := inv.Acquire(ctx, it.ID, holder); err != nil {
 		return nil // a claim leased it meanwhile, or someone quarantined it
 	}
-	err := m.InstallStandby(ctx, number(it.ID), InventoryRecorder{Inventory: inv, Holder: keeperHolder})
-	if err != nil {
+	err := m.InstallStandby(ctx, srv, InventoryRecorder{Inventory: inv, Holder: holder})
+	if errors.Is(err, ErrServerChanged) {
+		f.forgetAccount(s) // read the account again: the server may have left the pool
+	} else if err != nil && ctx.Err() == nil {
 		cur, gerr := inv.Get(ctx, it.ID)
 		if gerr == nil {
-			_ = f.fail(ctx, inv, cur, robotrules.ReasonInstallFailed, keeperHolder)
+			_ = f.fail(ctx, inv, cur, robotrules.ReasonInstallFailed, holder)
 		}
 	}
-	if rerr := inv.Release(ctx, it.ID, keeperHolder, nil); rerr != nil {
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseBudget)
+	defer cancel()
+	if rerr := inv.Release(releaseCtx, it.ID, holder, nil); rerr != nil {
 		return rerr
 	}
 	return err
 }
 
-// background runs fn for a server unless work on it is in flight.
-func (f *Family) background(s family.Scope, id string, fn func(ctx context.Context) error) {
+// inFlight reports whether this keeper works on the server now.
+func (f *Family) inFlight(id string) bool {
+	ks := f.state()
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.inflight[id]
+}
+
+// background runs fn for a server unless work on it is in flight, until ctx ends or
+// backgroundBudget has passed.
+func (f *Family) background(ctx context.Context, id string, fn func(ctx context.Context) error) {
 	ks := f.state()
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
@@ -461,7 +616,7 @@ func (f *Family) background(s family.Scope, id string, fn func(ctx context.Conte
 	ks.wg.Add(1)
 	go func() {
 		defer ks.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), backgroundBudget)
+		ctx, cancel := context.WithTimeout(ctx, backgroundBudget)
 		defer cancel()
 		_ = fn(ctx) // what fails is recorded on the server's lease, and seen next time
 		ks.mu.Lock()

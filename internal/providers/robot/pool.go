@@ -5,6 +5,8 @@ package robot
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +30,11 @@ const (
 	// the reason of the last one. Two quarantine the server.
 	AttrFailures    = "failures"
 	AttrLastFailure = "last-failure"
+	// AttrPool is the digest of the pool declaration (poolDigest) under which the keeper last
+	// found the server a member of AttrClass's pool. A server is offered only while it is the
+	// declaration's now: one removed from spec.robot is not offered from the moment of the
+	// edit, nor one whose discover entry changed, until the keeper finds it a member again.
+	AttrPool = "pool"
 )
 
 // StateUnverified: a warm activation found the server not in standby or presenting another
@@ -67,6 +74,27 @@ func fresh(it statelock.Item) bool {
 	return it.Free() && it.Attributes[AttrState] == ""
 }
 
+// poolDigest identifies what makes a server a member of the class's pool: the declared
+// servers and node types, the discover entries, and the class's node types.
+func poolDigest(nc *v1alpha1.TofuNodeClass) string {
+	h := sha256.New()
+	if p := nc.Spec.Robot; p != nil {
+		for _, d := range p.Servers {
+			fmt.Fprintf(h, "server %d %q\n", d.Number, d.NodeType)
+		}
+		for _, d := range p.Discover {
+			fmt.Fprintf(h, "discover %q %q %q\n", d.NamePrefix, d.Product, d.NodeType)
+		}
+	}
+	names := make([]string, 0, len(nc.Spec.NodeTypes))
+	for _, nt := range nc.Spec.NodeTypes {
+		names = append(names, nt.Name)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(h, "types %q\n", names)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
 // coldFits reports whether the class's cold path and the type's join timeout fit Karpenter's
 // registration window.
 func coldFits(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) bool {
@@ -81,8 +109,9 @@ func candidates(nc *v1alpha1.TofuNodeClass, items []statelock.Item, nodeType str
 		return nil, nil
 	}
 	fits := coldFits(nc, nt)
+	digest := poolDigest(nc)
 	for _, it := range members(items, nc.Name) {
-		if it.Attributes[AttrNodeType] != nodeType {
+		if it.Attributes[AttrNodeType] != nodeType || it.Attributes[AttrPool] != digest {
 			continue
 		}
 		switch {

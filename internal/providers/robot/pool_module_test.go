@@ -5,11 +5,15 @@ package robot_test
 
 import (
 	"context"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -184,5 +188,100 @@ func TestPoolQuarantinesServerUsedOutside(t *testing.T) {
 	}
 	if it, _ := p.inv.Get(context.Background(), "721"); !it.Quarantined() || it.Leased() {
 		t.Errorf("server %+v", it)
+	}
+}
+
+// TestPoolKeeperTouchesOnlyItsServers (issue 25, defects 2, 4 and 6), on the real stand-ins
+// and the real API server's leases: the account holds a server outside the pool (db-632, the
+// pool's product) and one renamed out of it after the keeper read the account (pool-630,
+// now db-630); the controller stops while the keeper installs server 631. Neither foreign
+// server is ever reset; the interrupted install's lease is given back and a restarted keeper
+// installs 631 anew into standby, probing it over SSH without a webservice read per probe.
+func TestPoolKeeperTouchesOnlyItsServers(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, "robot-foreign")
+	slow := fastTimings
+	slow.Boot = 3 * time.Second // the keeper's install waits that long for the rescue system
+	srv := addServer(t, p.api, standin.ServerConfig{Number: 631, Name: "pool-631", Product: "AX52", DC: "FSN1-DC1", Timings: slow,
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")}})
+	db := addServer(t, p.api, standin.ServerConfig{Number: 632, Name: "db-632", Product: "AX52", DC: "FSN1-DC1", Timings: fastTimings})
+	renamed := addServer(t, p.api, standin.ServerConfig{Number: 630, Name: "pool-630", Product: "AX52", DC: "FSN1-DC1", Timings: fastTimings})
+	warm := int32(0)
+	nc := &v1alpha1.TofuNodeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "robot-foreign", UID: "uid-robot-foreign", Generation: 1},
+		Spec: v1alpha1.TofuNodeClassSpec{
+			Family: v1alpha1.FamilyRobot,
+			Robot: &v1alpha1.RobotPool{Warm: &warm,
+				Servers:  []v1alpha1.RobotServer{{Number: 631, NodeType: "ax52", SSHAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(srv.SSHPort()))}},
+				Discover: []v1alpha1.RobotDiscovery{{NamePrefix: "pool-", NodeType: "ax52"}}},
+			NodeTypes: []v1alpha1.NodeType{{Name: "ax52"}},
+			Variables: map[string]string{"image": testImage, "poll_interval": "100ms", "rescue_timeout": "1m"},
+		},
+	}
+	s := family.Scope{Class: nc, Reader: p.inv.Reader, Writer: p.inv.Writer, StateNamespace: p.namespace,
+		Env: map[string]string{robot.EnvEndpoint: p.api.URL, robot.EnvUser: apiUser, robot.EnvPassword: apiPassword, robot.EnvSSHKey: p.keyPEM}}
+	ctx := context.Background()
+	leader, stop := context.WithCancel(ctx)
+	f := robot.NewFamily()
+	keep := func() {
+		t.Helper()
+		if _, err := f.Keep(leader, s, noClaim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep() // the account read: 630 and 631 are the pool's, 632 is not
+	// Its owner renames 630 for another use; the keeper's reading of the account is older.
+	renamed.Rename("db-630")
+	one := int32(1)
+	nc.Spec.Robot.Warm, nc.Generation = &one, 2
+	keep() // 630 is the first fresh server: its install finds it renamed, and touches nothing
+	f.Wait()
+	keep() // the account read again: 631 installs
+	testenv.Eventually(t, 30*time.Second, "the keeper to reset server 631 into the rescue system", func() bool {
+		it, _ := p.inv.Get(ctx, "631")
+		return it.Leased() && strings.HasPrefix(it.Holder, "pool-keeper/") && slices.Contains(srv.Events(), "reset")
+	})
+	// The controller stops while 631's rescue system boots.
+	stop()
+	f.Wait()
+	if it, _ := p.inv.Get(ctx, "631"); it.Leased() || it.Attributes[robot.AttrFailures] != "" {
+		t.Errorf("server 631 after the keeper stopped mid-install: %+v, want released, no failure counted", it)
+	}
+
+	restarted := robot.NewFamily()
+	keepUntil(t, restarted, s, noClaim, "the restarted keeper to install server 631 into standby", func(family.PoolReport) bool {
+		it, _ := p.inv.Get(ctx, "631")
+		return it.Free() && it.Attributes[robot.AttrState] == robot.StateStandby
+	})
+	if it, _ := p.inv.Get(ctx, "631"); it.Attributes[robot.AttrHostKey] != robot.FormatHostKey(srv.HostKey()) {
+		t.Errorf("server 631: %+v, want the installed system's host key", it)
+	}
+	for _, foreign := range []*standin.Server{db, renamed} {
+		if events := foreign.Events(); len(events) > 0 {
+			t.Errorf("server %d outside the pool was touched: %v", foreign.Number(), events)
+		}
+	}
+	if it, err := p.inv.Get(ctx, "630"); err == nil && (it.Attributes[robot.AttrClass] != "" || it.Leased()) {
+		t.Errorf("server 630, renamed out of the pool: %+v", it)
+	}
+	if _, err := p.inv.Get(ctx, "632"); err == nil {
+		t.Errorf("server 632, outside the pool, has a lease")
+	}
+	if counts, err := restarted.Offer(ctx, s); err != nil || counts["ax52"] != 1 {
+		t.Errorf("offer %v, %v; want server 631", counts, err)
+	}
+	// Server reads: one per install started (630, refused; 631 twice); the probes read none.
+	// Account listings: the first, the one after 630 was found renamed, the restarted keeper's.
+	reads, lists := 0, 0
+	for _, c := range p.api.Calls() {
+		switch c {
+		case robot.EndpointServer:
+			reads++
+		case robot.EndpointServers:
+			lists++
+		}
+	}
+	if reads != 3 || lists != 3 {
+		t.Errorf("%d server reads and %d account listings, want 3 (the installs') and 3", reads, lists)
 	}
 }

@@ -34,10 +34,16 @@ type fakeMachines struct {
 	hostKey   map[int]string // the key it presents
 	failInst  map[int]bool
 	installs  []int
+	probes    []int
+	// block makes the install of a server hang after recording its new key, until its
+	// context ends (or unblock closes), announcing itself on the channel.
+	block   map[int]chan struct{}
+	unblock chan struct{}
 }
 
 func newFakeMachines(numbers ...int) *fakeMachines {
-	m := &fakeMachines{state: map[int]string{}, hostKey: map[int]string{}, failInst: map[int]bool{}}
+	m := &fakeMachines{state: map[int]string{}, hostKey: map[int]string{}, failInst: map[int]bool{}, block: map[int]chan struct{}{},
+		unblock: make(chan struct{})}
 	for _, n := range numbers {
 		m.servers = append(m.servers, Server{Number: n, Name: fmt.Sprintf("node-%d", n), Product: "AX41", Status: "ready"})
 	}
@@ -50,9 +56,11 @@ func (m *fakeMachines) Servers(context.Context) ([]Server, error) {
 	return slices.Clone(m.servers), m.serverErr
 }
 
-func (m *fakeMachines) Probe(_ context.Context, server int, hostKey string) (string, error) {
+func (m *fakeMachines) Probe(_ context.Context, srv Server, hostKey string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	server := srv.Number
+	m.probes = append(m.probes, server)
 	if got := m.hostKey[server]; got != hostKey {
 		return "", &HostKeyMismatchError{Addr: fmt.Sprint(server), Want: hostKey, Got: got}
 	}
@@ -63,14 +71,25 @@ func (m *fakeMachines) Probe(_ context.Context, server int, hostKey string) (str
 	return st, nil
 }
 
-func (m *fakeMachines) InstallStandby(ctx context.Context, server int, rec Recorder) error {
+func (m *fakeMachines) InstallStandby(ctx context.Context, srv Server, rec Recorder) error {
+	server := srv.Number
 	m.mu.Lock()
 	m.installs = append(m.installs, server)
+	block := m.block[server]
 	fail := m.failInst[server]
 	m.mu.Unlock()
 	key := fmt.Sprintf("ssh-ed25519 KEY%d", server)
 	if err := rec.Record(ctx, server, map[string]string{AttrHostKey: key, AttrState: StateReinstalling}); err != nil {
 		return err
+	}
+	if block != nil {
+		block <- struct{}{} // the install runs: the test may stop the keeper now
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.unblock:
+			return errors.New("the test ended")
+		}
 	}
 	if fail {
 		return fmt.Errorf("%w: installimage exited 1", ErrInstallFailed)
@@ -103,7 +122,16 @@ func newFixture(t *testing.T, pool v1alpha1.RobotPool, m *fakeMachines) *fixture
 	fx.fam = &Family{Now: func() time.Time { return fx.now }, NewMachines: func(family.Scope) (Machines, error) { return m, nil }}
 	fx.s = family.Scope{Class: nc, Reader: kube, Writer: kube, StateNamespace: stateNS, Env: map[string]string{EnvUser: "u"}}
 	fx.inv = inventory(fx.s)
+	if err := kube.Create(fx.ctx, nc.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
 	return fx
+}
+
+// edit changes the class's pool as an edit of spec.robot would (a new generation).
+func (fx *fixture) edit(change func(*v1alpha1.RobotPool)) {
+	change(fx.nc.Spec.Robot)
+	fx.nc.Generation++
 }
 
 func servers(nodeType string, numbers ...int32) []v1alpha1.RobotServer {
@@ -380,6 +408,9 @@ func TestKeepSweepsLeasesOfGoneClaims(t *testing.T) {
 func TestServerInAnotherClassAndCredentials(t *testing.T) {
 	m := newFakeMachines(101)
 	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101), Warm: int32p(0)}, m)
+	if err := fx.s.Writer.Create(fx.ctx, test.NodeClass("other")); err != nil {
+		t.Fatal(err)
+	}
 	if err := fx.inv.Ensure(fx.ctx, "101"); err != nil {
 		t.Fatal(err)
 	}
@@ -433,5 +464,243 @@ func TestKeepReinstallsAfterFailedActivation(t *testing.T) {
 	}
 	if counts, _ := fx.fam.Offer(fx.ctx, fx.s); counts["ax41"] != 1 {
 		t.Errorf("offer %v: a fresh server fits the window cold", counts)
+	}
+}
+
+// TestDiscoverWithoutSelectorTakesNothing (issue 25, defect 2): a discover entry with neither
+// namePrefix nor product (or one whose field the API server dropped as misspelt, from a CRD
+// older than the rule that refuses it) takes no server into the pool and installs nothing:
+// the account's other servers, a production database among them, are never reset. A
+// selector takes only the servers it names.
+func TestDiscoverWithoutSelectorTakesNothing(t *testing.T) {
+	m := newFakeMachines(101, 102)
+	m.servers[1].Name = "db-prod" // the same product as the pool's, outside it
+	fx := newFixture(t, v1alpha1.RobotPool{Discover: []v1alpha1.RobotDiscovery{{NodeType: "ax41"}}, Warm: int32p(2)}, m)
+	r := fx.keep(noClaims)
+	if r.Healthy || r.Reason != v1alpha1.ReasonPoolInvalid || !strings.Contains(r.Message, "neither namePrefix nor product") {
+		t.Errorf("report = %+v, want PoolInvalid naming the discover entry without a selector", r)
+	}
+	if len(m.installs) != 0 {
+		t.Fatalf("installed %v: a discover entry without a selector took the account's servers", m.installs)
+	}
+	for _, id := range []string{"101", "102"} {
+		if it, err := fx.inv.Get(fx.ctx, id); err == nil && it.Attributes[AttrClass] != "" {
+			t.Errorf("server %s joined the pool: %+v", id, it)
+		}
+	}
+	if counts, _ := fx.fam.Offer(fx.ctx, fx.s); counts["ax41"] != 0 {
+		t.Errorf("offer %v, want nothing", counts)
+	}
+	if errs := fx.nc.Spec.Robot.Validate(); len(errs) != 1 || !strings.Contains(errs[0].Error(), "robot.discover[0]") {
+		t.Errorf("Validate() = %v, want the entry named", errs)
+	}
+
+	fx.edit(func(p *v1alpha1.RobotPool) { p.Discover[0].NamePrefix = "node-" })
+	fx.keep(noClaims)
+	if !slices.Equal(m.installs, []int{101}) {
+		t.Errorf("installed %v, want only 101 (named node-101)", m.installs)
+	}
+	if it, err := fx.inv.Get(fx.ctx, "102"); err == nil && it.Attributes[AttrClass] != "" {
+		t.Errorf("server 102 (db-prod) joined the pool: %+v", it)
+	}
+}
+
+// TestKeeperInstallResumedAfterRestart (issue 25, defect 4): an install the keeper was making
+// when its controller died does not keep the server leased to it forever: the next keeper
+// gives the lease back, follows the reinstall it had started and, when that never reaches
+// standby, installs the server anew; the server is offered again.
+func TestKeeperInstallResumedAfterRestart(t *testing.T) {
+	m := newFakeMachines(101)
+	started := make(chan struct{}, 1)
+	m.block[101] = started
+	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101), Warm: int32p(1)}, m)
+	dead, kill := context.WithCancel(context.Background())
+	t.Cleanup(func() { kill(); close(m.unblock); fx.fam.Wait() })
+	if _, err := fx.fam.Keep(dead, fx.s, noClaims); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	held := fx.item("101")
+	if !isKeeperHolder(held.Holder) || held.Attributes[AttrState] != StateReinstalling {
+		t.Fatalf("server during the install: %+v", held)
+	}
+	// The controller dies mid-install: its goroutine never gets to give the lease back. A new
+	// process keeps the pool.
+	m.mu.Lock()
+	delete(m.block, 101)
+	m.mu.Unlock()
+	restarted := &Family{Now: fx.fam.Now, NewMachines: fx.fam.NewMachines}
+	keep := func() {
+		t.Helper()
+		if _, err := restarted.Keep(fx.ctx, fx.s, noClaims); err != nil {
+			t.Fatal(err)
+		}
+		restarted.Wait()
+	}
+	keep()
+	if it := fx.item("101"); it.Leased() || it.Attributes[AttrState] != StateReinstalling || it.Attributes[AttrFailures] != "" {
+		t.Fatalf("after the restart: %+v, want released, still reinstalling, no failure counted", it)
+	}
+	// The interrupted reinstall never reaches standby: after the cold activation time and the
+	// install's budget it counts as failed, and the server is installed anew.
+	keep()
+	fx.now = fx.now.Add(fx.nc.Spec.Robot.ColdActivationOrDefault().Duration + backgroundBudget + time.Minute)
+	keep() // the failure
+	keep() // the new install
+	keep() // its probe: standby
+	it := fx.item("101")
+	if it.Leased() || it.Attributes[AttrState] != StateStandby || it.Quarantined() {
+		t.Fatalf("after the new install: %+v, want free and in standby", it)
+	}
+	if counts, _ := restarted.Offer(fx.ctx, fx.s); counts["ax41"] != 1 {
+		t.Errorf("offer %v, want the server again", counts)
+	}
+}
+
+// TestKeeperStopReleasesInstall (issue 25, defect 4): a keeper that stops (its leader's context
+// ends) mid-install gives the server's lease back at once, and the interrupted install is no
+// failure of the server.
+func TestKeeperStopReleasesInstall(t *testing.T) {
+	m := newFakeMachines(101)
+	started := make(chan struct{}, 1)
+	m.block[101] = started
+	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101), Warm: int32p(1)}, m)
+	leader, stop := context.WithCancel(context.Background())
+	t.Cleanup(func() { close(m.unblock); fx.fam.Wait() })
+	if _, err := fx.fam.Keep(leader, fx.s, noClaims); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stop()
+	done := make(chan struct{})
+	go func() { fx.fam.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the install goes on after its keeper stopped")
+	}
+	if it := fx.item("101"); it.Leased() || it.Attributes[AttrFailures] != "" || it.Quarantined() {
+		t.Errorf("after the keeper stopped: %+v, want released without a failure", it)
+	}
+}
+
+// TestPoolOffersOnlyCurrentMembers (issue 25, defect 5): a server removed from spec.robot is
+// offered no more from the moment of the edit; one cancelled or gone from the account leaves
+// the pool at the keeper's next reading of the account; one moved to another class is that
+// class's once the old one has let it go, never both.
+func TestPoolOffersOnlyCurrentMembers(t *testing.T) {
+	m := newFakeMachines(101, 102, 103, 104)
+	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101, 102, 103, 104), Warm: int32p(0)}, m)
+	fx.keep(noClaims)
+	fx.standby(101, 102, 103, 104)
+	offer := func(f *Family, s family.Scope) int {
+		t.Helper()
+		counts, err := f.Offer(fx.ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counts["ax41"]
+	}
+	if n := offer(fx.fam, fx.s); n != 4 {
+		t.Fatalf("offer %d, want 4", n)
+	}
+	// 104 is removed from the spec: not leased even before the keeper runs.
+	fx.edit(func(p *v1alpha1.RobotPool) { p.Servers = servers("ax41", 101, 102, 103) })
+	for i := range 4 {
+		lease, err := fx.fam.Lease(fx.ctx, fx.s, family.PoolClaim{Name: fmt.Sprintf("c%d", i), UID: fmt.Sprintf("u%d", i), NodeType: "ax41"})
+		if err == nil && lease.Parameters["server_number"] == "104" {
+			t.Fatalf("claim c%d leased server 104, removed from the pool", i)
+		}
+	}
+	for i := range 4 {
+		if err := fx.fam.Release(fx.ctx, fx.s, family.PoolClaim{Name: fmt.Sprintf("c%d", i), UID: fmt.Sprintf("u%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fx.keep(noClaims)
+	if n := offer(fx.fam, fx.s); n != 3 {
+		t.Errorf("offer %d after the keeper saw the edit, want 3", n)
+	}
+	if it := fx.item("104"); it.Attributes[AttrClass] != "" {
+		t.Errorf("server 104 removed from the pool: %+v, want it given up", it)
+	}
+	// 101 is cancelled, 102 gone from the account: they leave at the next reading.
+	m.mu.Lock()
+	m.servers[0].Cancelled = true
+	m.servers = slices.Delete(m.servers, 1, 2)
+	m.mu.Unlock()
+	fx.now = fx.now.Add(accountTTL)
+	fx.keep(noClaims)
+	if n := offer(fx.fam, fx.s); n != 1 {
+		t.Errorf("offer %d with 101 cancelled and 102 gone, want 1", n)
+	}
+	// 103 moves to another class: taken only once this one let it go.
+	other := test.NodeClass("robot-b", func(nc *v1alpha1.TofuNodeClass) {
+		nc.Spec.Family = v1alpha1.FamilyRobot
+		nc.Spec.Robot = &v1alpha1.RobotPool{Servers: servers("ax41", 103), Warm: int32p(0)}
+		nc.Spec.NodeTypes = []v1alpha1.NodeType{test.NodeType("ax41")}
+	})
+	if err := fx.s.Writer.Create(fx.ctx, other.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	otherScope := fx.s
+	otherScope.Class = other
+	r, err := fx.fam.Keep(fx.ctx, otherScope, noClaims)
+	fx.fam.Wait()
+	if err != nil || !strings.Contains(r.Message, "server 103 is in the pool of class robot") {
+		t.Errorf("the other class's report = %+v, %v", r, err)
+	}
+	if n := offer(fx.fam, otherScope); n != 0 {
+		t.Errorf("the other class offers %d while 103 is this one's", n)
+	}
+	fx.edit(func(p *v1alpha1.RobotPool) { p.Servers = servers("ax41", 101, 102) })
+	if n := offer(fx.fam, fx.s); n != 0 {
+		t.Errorf("offer %d after 103 was removed, want 0", n)
+	}
+	fx.keep(noClaims)
+	if _, err := fx.fam.Keep(fx.ctx, otherScope, noClaims); err != nil {
+		t.Fatal(err)
+	}
+	fx.fam.Wait()
+	if n := offer(fx.fam, otherScope); n != 1 {
+		t.Errorf("the other class offers %d, want 103", n)
+	}
+	if it := fx.item("103"); it.Attributes[AttrClass] != "robot-b" {
+		t.Errorf("server 103: %+v, want in robot-b's pool", it)
+	}
+}
+
+// TestKeeperProbesUnverifiedUntilQuarantine (issue 25, defect 6): the keeper probes at the
+// address the account's listing gave (no webservice read per probe), and an unverified
+// server that never answers is not probed forever: after the cold activation time and the
+// install's budget its second failure quarantines it.
+func TestKeeperProbesUnverifiedUntilQuarantine(t *testing.T) {
+	m := newFakeMachines(101)
+	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101), Warm: int32p(0)}, m)
+	fx.keep(noClaims)
+	if err := fx.inv.SetAttributes(fx.ctx, "101", "", map[string]string{AttrState: StateUnverified, AttrHostKey: "ssh-ed25519 KEY101",
+		AttrFailures: "1", AttrLastFailure: robotrules.ReasonNotStandby}); err != nil {
+		t.Fatal(err)
+	}
+	m.hostKey[101] = "ssh-ed25519 KEY101" // it does not answer: no state
+	for range 3 {
+		fx.keep(noClaims)
+	}
+	if it := fx.item("101"); it.Quarantined() || it.Attributes[AttrFailures] != "1" {
+		t.Fatalf("an unverified server that has not answered for a while: %+v", it)
+	}
+	fx.now = fx.now.Add(fx.nc.Spec.Robot.ColdActivationOrDefault().Duration + backgroundBudget + time.Minute)
+	fx.keep(noClaims)
+	r := fx.keep(noClaims)
+	if it := fx.item("101"); !it.Quarantined() || !strings.Contains(it.QuarantineReason, robotrules.ReasonNotStandby) {
+		t.Fatalf("an unverified server silent past its time: %+v, want quarantined", it)
+	}
+	if r.Reason != v1alpha1.ReasonServersQuarantined {
+		t.Errorf("report = %+v", r)
+	}
+	probes := len(m.probes)
+	fx.keep(noClaims)
+	if len(m.probes) != probes {
+		t.Errorf("a quarantined server is probed")
 	}
 }

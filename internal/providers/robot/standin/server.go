@@ -165,6 +165,14 @@ func (s *Server) UseOutsidePool() {
 	}
 }
 
+// Rename gives the server another name, as its owner does in Robot (the webservice's
+// POST /server/{server-number} server_name): taken out of a pool by its name, for another use.
+func (s *Server) Rename(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.Name = name
+}
+
 // FailInstalls makes the next n installimage runs fail.
 func (s *Server) FailInstalls(n int) {
 	s.mu.Lock()
@@ -317,8 +325,11 @@ func (s *Server) disarmRescue() {
 }
 
 func (s *Server) info(detail bool) map[string]any {
+	s.mu.Lock()
+	name := s.cfg.Name
+	s.mu.Unlock()
 	m := map[string]any{
-		"server_ip": s.IP(), "server_ipv6_net": "2a01:4f8::", "server_number": s.cfg.Number, "server_name": s.cfg.Name,
+		"server_ip": s.IP(), "server_ipv6_net": "2a01:4f8::", "server_number": s.cfg.Number, "server_name": name,
 		"product": s.cfg.Product, "dc": s.cfg.DC, "traffic": "unlimited", "status": "ready", "cancelled": false,
 		"paid_until": "2030-01-01", "ip": []string{s.IP()}, "subnet": nil,
 	}
