@@ -209,7 +209,7 @@ func (a *Activator) activateCold(ctx context.Context, srv *Server, act Activatio
 	if len(act.UserData) == 0 {
 		return Outcome{}, fmt.Errorf("cold activation of server %d needs user data", srv.Number)
 	}
-	rescue, err := a.bootRescue(ctx, srv)
+	rescue, rescueKey, err := a.bootRescue(ctx, srv)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -225,7 +225,8 @@ func (a *Activator) activateCold(ctx context.Context, srv *Server, act Activatio
 	}
 	a.logf("server %d installed; rebooting into the installed system", srv.Number)
 	_, _ = rescue.Run(ctx, CommandReboot, nil) // the connection drops as the system goes down
-	c, err := WaitSSH(installCtx, a.target(srv.IP, PinnedHostKey(hostPub)), a.poll())
+	// Until it has gone down, the rescue system answers with its own key: not up yet.
+	c, err := WaitSSH(installCtx, a.target(srv.IP, PinnedHostKeyReplacing(hostPub, rescueKey)), a.poll())
 	if err != nil {
 		return Outcome{}, fmt.Errorf("%w: server %d: the installed system did not come up: %w", ErrInstallFailed, srv.Number, err)
 	}
@@ -250,7 +251,7 @@ func (a *Activator) Release(ctx context.Context, rel Release) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("%w: server %d is now %q (%s, cancelled %v), listed as %q (%s): not installed",
 			ErrServerChanged, srv.Number, srv.Name, srv.Product, srv.Cancelled, e.Name, e.Product)
 	}
-	rescue, err := a.bootRescue(ctx, srv)
+	rescue, _, err := a.bootRescue(ctx, srv)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -297,19 +298,19 @@ func (a *Activator) ProbeAt(ctx context.Context, srv Server, hostKey string) (st
 }
 
 // bootRescue arms the rescue system with the fulfiller's key, resets the server into it and
-// logs in. The rescue system's host key is new at every boot and the webservice does not
-// document how it reports it, so the first key seen is trusted; only the fulfiller's key
-// logs in to it.
-func (a *Activator) bootRescue(ctx context.Context, srv *Server) (*SSHClient, error) {
+// logs in; it returns the connection and the rescue system's host key. That key is new at
+// every boot and the webservice does not document how it reports it, so the first key seen
+// is trusted; only the fulfiller's key logs in to it.
+func (a *Activator) bootRescue(ctx context.Context, srv *Server) (*SSHClient, ssh.PublicKey, error) {
 	fp, err := a.ensureKey(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := a.Client.ActivateRescue(ctx, srv.Number, "linux", []string{fp}); err != nil {
-		return nil, fmt.Errorf("server %d: activating the rescue system: %w", srv.Number, err)
+		return nil, nil, fmt.Errorf("server %d: activating the rescue system: %w", srv.Number, err)
 	}
 	if err := a.Client.Reset(ctx, srv.Number, ResetHardware); err != nil {
-		return nil, fmt.Errorf("server %d: resetting into the rescue system: %w", srv.Number, err)
+		return nil, nil, fmt.Errorf("server %d: resetting into the rescue system: %w", srv.Number, err)
 	}
 	a.logf("server %d: rescue system armed with key %s, hardware reset sent; waiting for it", srv.Number, fp)
 	waitCtx, cancel := context.WithTimeout(ctx, orDefault(a.RescueTimeout, 10*time.Minute))
@@ -317,10 +318,10 @@ func (a *Activator) bootRescue(ctx context.Context, srv *Server) (*SSHClient, er
 	var firstUse FirstUse
 	c, err := WaitSSH(waitCtx, a.target(srv.IP, firstUse.Callback()), a.poll())
 	if err != nil {
-		return nil, fmt.Errorf("%w: server %d: %w", ErrRescueUnreachable, srv.Number, err)
+		return nil, nil, fmt.Errorf("%w: server %d: %w", ErrRescueUnreachable, srv.Number, err)
 	}
 	a.logf("server %d: logged in to the rescue system (host key %s)", srv.Number, ssh.FingerprintSHA256(firstUse.Key()))
-	return c, nil
+	return c, firstUse.Key(), nil
 }
 
 // install writes installimage's configuration and the post-install script (with a new host

@@ -46,6 +46,22 @@ func PinnedHostKey(pinned ssh.PublicKey) ssh.HostKeyCallback {
 	}
 }
 
+// errGoingDown: the system being replaced still answers (a reboot that has not gone down).
+var errGoingDown = errors.New("the system being replaced still answers")
+
+// PinnedHostKeyReplacing is PinnedHostKey for a system that replaces another presenting
+// previous (the rescue system rebooting into the installed one): previous's key is a system
+// not up yet, and WaitSSH keeps waiting; any other key is refused.
+func PinnedHostKeyReplacing(pinned, previous ssh.PublicKey) ssh.HostKeyCallback {
+	check := PinnedHostKey(pinned)
+	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		if previous != nil && bytes.Equal(key.Marshal(), previous.Marshal()) {
+			return fmt.Errorf("ssh %s: %w (host key %s)", addrOf(hostname, remote), errGoingDown, ssh.FingerprintSHA256(key))
+		}
+		return check(hostname, remote, key)
+	}
+}
+
 // FirstUse accepts the first host key it is shown and keeps it; later connections through the
 // same callback must present that key. It is for the rescue system, whose key is new at every
 // boot and which only our authorized key can log in to.

@@ -33,17 +33,20 @@ type Timings struct {
 	Boot time.Duration
 	// Install is how long installimage runs.
 	Install time.Duration
+	// Shutdown is how long a `reboot` takes to go down: the system keeps answering SSH
+	// meanwhile, as sshd does until systemd stops it.
+	Shutdown time.Duration
 	// HeartbeatInterval of the simulated kubelet (default sim's).
 	HeartbeatInterval time.Duration
 }
 
 // RealTimings are what a real server takes, roughly.
-var RealTimings = Timings{Boot: 2 * time.Minute, Install: 20 * time.Minute}
+var RealTimings = Timings{Boot: 2 * time.Minute, Install: 20 * time.Minute, Shutdown: 20 * time.Second}
 
 // Scale returns the timings divided by factor (600: a 20-minute install takes 2 seconds).
 func (t Timings) Scale(factor float64) Timings {
 	div := func(d time.Duration) time.Duration { return time.Duration(float64(d) / factor) }
-	return Timings{Boot: div(t.Boot), Install: div(t.Install), HeartbeatInterval: t.HeartbeatInterval}
+	return Timings{Boot: div(t.Boot), Install: div(t.Install), Shutdown: div(t.Shutdown), HeartbeatInterval: t.HeartbeatInterval}
 }
 
 // ServerConfig describes one simulated dedicated server.
@@ -239,6 +242,16 @@ func (s *Server) Reset() {
 	s.mu.Unlock()
 	stop()
 	time.AfterFunc(s.cfg.Timings.Boot, func() { s.boot(gen) })
+}
+
+// resetIf resets the server unless it was power-cycled since gen (a reboot going down).
+func (s *Server) resetIf(gen int) {
+	s.mu.Lock()
+	same := s.gen == gen
+	s.mu.Unlock()
+	if same {
+		s.Reset()
+	}
 }
 
 // powerOffLocked stops the running system and returns a function that waits for its
@@ -496,7 +509,7 @@ func (s *Server) exec(sys system, gen int, cmd string, stdin []byte) (stdout, st
 		case cmd == robot.CommandInstallDetached:
 			return s.installLocked(gen, true)
 		case cmd == robot.CommandReboot:
-			return "", "", 0, func() { s.Reset() }
+			return "", "", 0, func() { time.AfterFunc(s.cfg.Timings.Shutdown, func() { s.resetIf(gen) }) }
 		}
 	case systemInstalled:
 		switch cmd {
