@@ -69,11 +69,13 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		}
 		return reconcile.Result{RequeueAfter: run.PollInterval}, err
 	}
-	if run.Last(s.F, tfrunner.Apply) == nil {
+	destroy := run.Last(s.F, tfrunner.Destroy)
+	destroying := destroy != nil && destroy.Phase == v1alpha1.RunRunning
+	if !destroying && !everApplied(s.F) {
 		// Nothing was ever applied: no machine and no state can exist.
 		return d.destroyed(ctx, s)
 	}
-	if destroy := run.Last(s.F, tfrunner.Destroy); destroy == nil || destroy.Phase != v1alpha1.RunRunning {
+	if !destroying {
 		// An apply that failed before it wrote any state (and holds no lock) left nothing.
 		key := statelock.Key(s.F.Spec.StateKey)
 		store, err := d.runs.StateStore(ctx, &s.Claim)
@@ -100,6 +102,14 @@ func (d *finalizeStage) reconcile(ctx context.Context, s *claimState) (reconcile
 		return result, err
 	}
 	return d.destroyed(ctx, s)
+}
+
+// everApplied reports whether an apply of the claim ever started. The run history keeps the
+// last runs only (a destroy that keeps failing pushes the apply out of it), so the record is
+// Stages.ApplyStarted, which is never trimmed, set with the first apply's run (also one the
+// status missed and found again); an apply in the history counts too.
+func everApplied(f *v1alpha1.Fulfillment) bool {
+	return f.Status.Stages.ApplyStarted != nil || run.Last(f, tfrunner.Apply) != nil
 }
 
 // awaitsKarpenter: the Fulfillment was not deleted through CloudProvider.Delete, and its

@@ -44,6 +44,11 @@ func TestDeletedWhileFirstApplyStarts(t *testing.T) {
 	}
 	e.expectRuns(claim.Name, "sim-race1-apply-1=Running")
 	e.expectCondition(claim.Name, v1alpha1.ConditionDestroyed, metav1.ConditionUnknown, v1alpha1.ReasonStoppingApply)
+	// The apply found is recorded as the lost write would have: its start too, which the run
+	// history may lose later (issue 25, defect 1).
+	if f := e.fulfillment(claim.Name); f.Status.Stages.ApplyStarted == nil {
+		t.Error("the apply found again has no recorded start")
+	}
 	// The apply stops (cancelled); then the destroy removes what it made.
 	e.clock.Step(5 * time.Second)
 	e.reconcile(claim.Name)

@@ -227,7 +227,11 @@ func (d *Driver) FindUnrecorded(ctx context.Context, c *Claim) (*v1alpha1.Run, e
 			return nil, fmt.Errorf("reading run %s: %w", name, err)
 		}
 		log.FromContext(ctx).Info("found a run the status did not record", "run", name)
-		return d.Runs.addRun(c.F, d.Op, attempt), nil
+		run := d.Runs.addRun(c.F, d.Op, attempt)
+		if d.Started != nil {
+			d.Started(c, run) // what the lost write would have recorded
+		}
+		return run, nil
 	}
 	return nil, nil
 }
