@@ -58,6 +58,7 @@ func Run(families family.Registry) {
 		TofuStartsProviders: opts.TofuStartsProviders,
 		RunEnv:              runEnv,
 		DestroyDeadline:     opts.DestroyDeadline,
+		RetryBackoff:        opts.RetryBackoff,
 		OrphanGrace:         opts.OrphanGrace,
 		PoolKeeperInterval:  opts.PoolKeeperInterval,
 	}

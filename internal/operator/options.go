@@ -66,6 +66,8 @@ type Options struct {
 	RunnerServiceAccount  string
 	RunnerTTL             time.Duration
 	DestroyDeadline       time.Duration
+	// RetryBackoff is the first wait before a failed run is tried again.
+	RetryBackoff time.Duration
 	// PoolKeeperInterval is how often the pools of finite families (Hetzner Robot) are looked after.
 	PoolKeeperInterval time.Duration
 	runnerResources    string
@@ -95,6 +97,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.RunnerTTL, "runner-ttl", env.WithDefaultDuration("FULFILLER_RUNNER_TTL", 24*time.Hour), "How long finished runner Jobs, and so their logs, are kept")
 	fs.DurationVar(&o.PoolKeeperInterval, "pool-keeper-interval", env.WithDefaultDuration("FULFILLER_POOL_KEEPER_INTERVAL", 10*time.Second), "How often the pools of finite families (Hetzner Robot servers) are looked after: leases, reinstalls back to standby, installs ahead of need, quarantine")
 	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", run.DefaultDestroyDeadline), "Longest a tofu destroy may run (an apply is bounded by its node type's deadlines.apply)")
+	fs.DurationVar(&o.RetryBackoff, "retry-backoff", env.WithDefaultDuration("FULFILLER_RETRY_BACKOFF", run.DefaultRetryBackoff), "First wait before a failed tofu run is tried again; it doubles per attempt, up to 60 times this")
 	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")
 	fs.StringVar(&o.runnerNodeSelector, "runner-node-selector", env.WithDefaultString("FULFILLER_RUNNER_NODE_SELECTOR", ""), "Node selector of runner pods, as a JSON map")
 	fs.StringVar(&o.runnerTolerations, "runner-tolerations", env.WithDefaultString("FULFILLER_RUNNER_TOLERATIONS", ""), "Tolerations of runner pods, as a JSON list")
@@ -132,8 +135,8 @@ func (o *Options) validate() error {
 	if o.MaxConcurrentRuns < 0 {
 		return errors.New("max-concurrent-runs must not be negative (0: no cap)")
 	}
-	if o.RunnerTTL <= 0 || o.DestroyDeadline <= 0 || o.PoolKeeperInterval <= 0 {
-		return errors.New("runner-ttl, destroy-deadline and pool-keeper-interval must be positive")
+	if o.RunnerTTL <= 0 || o.DestroyDeadline <= 0 || o.PoolKeeperInterval <= 0 || o.RetryBackoff <= 0 {
+		return errors.New("runner-ttl, destroy-deadline, pool-keeper-interval and retry-backoff must be positive")
 	}
 	for _, f := range []struct {
 		name, value string

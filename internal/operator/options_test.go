@@ -12,7 +12,7 @@ import (
 func TestValidate(t *testing.T) {
 	valid := func() *Options {
 		return &Options{ClusterName: "prod-eu", OrphanGrace: 10 * time.Minute, Executor: ExecutorJob, RunnerImage: "ghcr.io/fulfiller-sh/fulfiller:v0",
-			MaxConcurrentRuns: 8, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second}
+			MaxConcurrentRuns: 8, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second, RetryBackoff: 5 * time.Second}
 	}
 	o := valid()
 	o.runnerResources = `{"requests":{"cpu":"200m","memory":"300Mi"}}`
@@ -34,6 +34,7 @@ func TestValidate(t *testing.T) {
 		{"bad resources", "parsing runner-resources", func(o *Options) { o.runnerResources = `{"requests":` }},
 		{"zero deadline", "must be positive", func(o *Options) { o.DestroyDeadline = 0 }},
 		{"zero pool keeper interval", "must be positive", func(o *Options) { o.PoolKeeperInterval = 0 }},
+		{"zero retry backoff", "must be positive", func(o *Options) { o.RetryBackoff = 0 }},
 		{"no cluster name", "--cluster-name (FULFILLER_CLUSTER_NAME) is required", func(o *Options) { o.ClusterName = "" }},
 		{"bad cluster name", "is no label value", func(o *Options) { o.ClusterName = "prod eu" }},
 		{"short grace", "under a minute", func(o *Options) { o.OrphanGrace = time.Second }},
@@ -44,7 +45,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	local := &Options{ClusterName: "dev", OrphanGrace: time.Minute, Executor: ExecutorLocal, MaxConcurrentRuns: 1, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second}
+	local := &Options{ClusterName: "dev", OrphanGrace: time.Minute, Executor: ExecutorLocal, MaxConcurrentRuns: 1, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second, RetryBackoff: time.Second}
 	if err := local.validate(); err != nil {
 		t.Errorf("the local executor needs no image: %v", err)
 	}

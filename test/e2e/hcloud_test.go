@@ -134,7 +134,9 @@ func eventFor(t *testing.T, ctx context.Context, kind, name, reason string) core
 // sold-out offering, each a precise condition and event on its claim and no server; the
 // server carries the claim's labels and a JoinConfiguration as its user data, the node
 // registers as hcloud://<server id> and Karpenter links it to its claim; the run log is
-// readable with kubectl logs; scale to zero deletes the server and its state.
+// readable with kubectl logs. Scale to zero while the API refuses every delete: the destroy
+// fails past the claim's run history and nothing is given up; once the API recovers, the
+// server and its state are deleted, and nothing else.
 func TestHcloud(t *testing.T) {
 	ctx := ctxFor(t, 15*time.Minute)
 	api := startHcloud(t)
@@ -323,14 +325,47 @@ func TestHcloud(t *testing.T) {
 	assertTokenNowhere(t, ctx, ready, secretHalf)
 	assertTokenNowhere(t, ctx, ready, api.Token())
 
-	// Scale to zero: the server and the state are deleted.
+	// Scale to zero while the API refuses every server delete (issue 25, defect 1): the destroy
+	// fails more often than the claim's run history keeps runs, and the claim is not given up:
+	// the server, the state and the Fulfillment stay. Once the API recovers, the server and
+	// the state are deleted, and nothing else.
+	api.Fail(standin.Failure{Times: 1 << 30, Method: http.MethodDelete, PathPrefix: "/servers", Code: "forbidden", Status: http.StatusForbidden})
+	refusing := time.Now()
 	scale(t, ctx, app, 0)
-	eventually(t, ctx, 4*time.Minute, "consolidation to destroy the node and remove its state", func(ctx context.Context) (bool, error) {
+	const pastHistory = 12 // the status keeps 10 runs: the apply and 9 destroys
+	eventually(t, ctx, 6*time.Minute, fmt.Sprintf("%d destroys of %s to fail", pastHistory, f.Name), func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.Fulfillment{}
+		if err := env.kube.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
+			return false, fmt.Errorf("the claim was given up while its destroy failed: %w", err)
+		}
+		if got.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
+			return false, fmt.Errorf("the claim says Destroyed while every delete was refused")
+		}
+		if _, ok := api.Server(srv.ID); !ok {
+			return false, fmt.Errorf("server %d is gone while every delete was refused", srv.ID)
+		}
+		if err := env.kube.Get(ctx, client.ObjectKey{Namespace: devenv.StateNamespace, Name: key.SecretName()}, &corev1.Secret{}); err != nil {
+			return false, fmt.Errorf("the state of %s while its destroy fails: %w", f.Name, err)
+		}
+		last := got.Status.Runs[len(got.Status.Runs)-1]
+		return last.Operation == string(tfrunner.Destroy) && last.Attempt >= pastHistory && last.Phase == v1alpha1.RunFailed, nil
+	})
+	t.Logf("%d destroys refused in %s", pastHistory, time.Since(refusing).Round(time.Second))
+	api.ClearFailures()
+	eventually(t, ctx, 4*time.Minute, "the destroy to delete the server and remove its state once the API recovers", func(ctx context.Context) (bool, error) {
 		ok, _, err := devenv.Drained(ctx, env.kube)
 		return ok, err
 	})
 	if servers := api.Servers(); len(servers) != 0 {
 		t.Errorf("servers left after scale to zero: %+v", servers)
+	}
+	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: devenv.StateNamespace, Name: key.SecretName()}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the state of %s after its destroy: %v, want it removed", f.Name, err)
+	}
+	for _, r := range api.Requests() {
+		if r.Method == http.MethodDelete && r.Path != fmt.Sprintf("/servers/%d", srv.ID) {
+			t.Errorf("the destroy of %s touched something else: %s %s", f.Name, r.Method, r.Path)
+		}
 	}
 	cleanupHcloud()
 }

@@ -93,10 +93,15 @@ func (r *Runs) finishRun(run *v1alpha1.Run, st executor.RunStatus) {
 	}
 }
 
-// backoff is the wait before attempt n+1 after n failed attempts.
+// maxBackoffFactor bounds the backoff: at most this many times the first wait (5 minutes
+// of the default 5 s).
+const maxBackoffFactor = 60
+
+// backoff is the wait before attempt n+1 after n failed attempts: RetryBackoff doubled per
+// attempt, at most maxBackoffFactor times it.
 func (r *Runs) backoff(attempts int) time.Duration {
-	d := r.opts.RetryBackoff << max(attempts-1, 0)
-	return min(d, 5*time.Minute)
+	factor := int64(1) << min(max(attempts-1, 0), 6) // 64: past the bound, and no overflow
+	return r.opts.RetryBackoff * time.Duration(min(factor, maxBackoffFactor))
 }
 
 // retryWait is how long to wait before the next attempt, 0 when it may start now: the

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -48,5 +49,27 @@ func TestRunNameAtTheLimit(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestBackoffBounded: a failed run is retried after RetryBackoff doubled per attempt, at most
+// 60 times it (5 minutes of the default 5 s), however many attempts failed: the shift cannot
+// overflow into a negative or huge wait once attempts outnumber the run history.
+func TestBackoffBounded(t *testing.T) {
+	for _, first := range []time.Duration{DefaultRetryBackoff, 100 * time.Millisecond} {
+		r := New(Options{RetryBackoff: first})
+		for _, tc := range []struct {
+			attempts int
+			want     time.Duration
+		}{
+			{0, first}, {1, first}, {2, 2 * first}, {6, 32 * first}, {7, 60 * first}, {11, 60 * first}, {70, 60 * first}, {1 << 20, 60 * first},
+		} {
+			if got := r.backoff(tc.attempts); got != tc.want {
+				t.Errorf("first %s, backoff(%d) = %s, want %s", first, tc.attempts, got, tc.want)
+			}
+		}
+	}
+	if got := New(Options{}).backoff(100); got != 5*time.Minute {
+		t.Errorf("default backoff after 100 attempts = %s, want 5m", got)
 	}
 }

@@ -21,6 +21,10 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
+// DefaultRetryBackoff is the first wait before a failed run is tried again when Options set
+// none (FULFILLER_RETRY_BACKOFF).
+const DefaultRetryBackoff = 5 * time.Second
+
 // DefaultDestroyDeadline bounds a destroy when Options set none (FULFILLER_DESTROY_DEADLINE).
 const DefaultDestroyDeadline = 30 * time.Minute
 
@@ -70,8 +74,8 @@ type Options struct {
 	// RunEnv is extra environment for every run (e.g. KUBECONFIG for the kubernetes backend
 	// when runs are local processes).
 	RunEnv map[string]string
-	// RetryBackoff is the first wait before a retried run; it doubles per attempt (default
-	// 5s).
+	// RetryBackoff is the first wait before a retried run; it doubles per attempt, up to 60
+	// times it (default DefaultRetryBackoff: at most 5 minutes).
 	RetryBackoff time.Duration
 	// DestroyDeadline bounds a destroy run (default DefaultDestroyDeadline), as a node type's
 	// deadlines.apply bounds its applies: the runner interrupts tofu at it.
@@ -95,7 +99,7 @@ type Runs struct {
 // New builds the runs, with the options' defaults.
 func New(o Options) *Runs {
 	if o.RetryBackoff == 0 {
-		o.RetryBackoff = 5 * time.Second
+		o.RetryBackoff = DefaultRetryBackoff
 	}
 	if o.DestroyDeadline == 0 {
 		o.DestroyDeadline = DefaultDestroyDeadline

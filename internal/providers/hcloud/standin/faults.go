@@ -166,6 +166,13 @@ func (s *StandIn) Fail(f Failure) {
 	s.faults.failures = append(s.faults.failures, &f)
 }
 
+// ClearFailures drops the failures Fail set that have not happened yet: the API recovers.
+func (s *StandIn) ClearFailures() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.failures = nil
+}
+
 // RevokeToken makes the project's token invalid: every request is answered unauthorized.
 func (s *StandIn) RevokeToken() {
 	s.mu.Lock()
