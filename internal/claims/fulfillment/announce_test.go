@@ -16,7 +16,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor/fake"
 )
 
 // TestAnnounceProviderID: without a template, Create does not wait for the apply; the claim

@@ -18,7 +18,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor/fake"
 )
 
 // TestClaimLifecycle: a claim from Create to a Ready node and from Delete to a destroyed

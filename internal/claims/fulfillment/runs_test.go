@@ -16,7 +16,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor/fake"
 )
 
 // TestFinalizeWaitsForTheApplyToStop: deleting a claim whose apply runs cancels the apply and

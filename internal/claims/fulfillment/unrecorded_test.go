@@ -12,7 +12,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor/fake"
 )
 
 // TestDeletedWhileFirstApplyStarts: the first apply's runner is started, then the status

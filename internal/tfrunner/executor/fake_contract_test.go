@@ -4,13 +4,13 @@
 package executor_test
 
 import (
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"testing"
 
 	"k8s.io/utils/clock"
 
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor/fake"
 )
 
 // TestFakeExecutorContract runs the fake executor through the executor contract, as the local

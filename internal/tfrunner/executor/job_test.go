@@ -4,8 +4,9 @@
 package executor
 
 import (
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"testing"
+
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"

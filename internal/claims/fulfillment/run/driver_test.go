@@ -17,7 +17,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/fake"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor/fake"
 )
 
 // TestRunNameTakenByAnEarlierClaim: a claim deleted and made again under the same name finds

@@ -5,7 +5,7 @@
 // scripted (per run name or per operation), errors can be injected into any call, and every
 // call is logged. It admits runs through a executor.Limiter, as the real executors do, and
 // passes the executor contract suite where the contract does not need tofu itself
-// (internal/tfrunner/fake_contract_test.go). Only tests import it.
+// (executor/fake_contract_test.go). Only tests import it.
 package fake
 
 import (
