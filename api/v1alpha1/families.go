@@ -12,19 +12,6 @@ const (
 	FamilyRobot    = "robot"
 )
 
-// Labels every shipped module puts on the machines it creates (as cloud labels where the
-// cloud has them), passed to it in the module contract's labels: the cluster's name (the
-// controller's FULFILLER_CLUSTER_NAME), the claim, the class and the NodePool. A family's
-// inventory attributes a machine to this cluster by them; the orphan collector never touches
-// a machine without this cluster's label.
-const (
-	LabelCluster   = Group + "/cluster"
-	LabelNodeClass = Group + "/nodeclass"
-	// The claim and the NodePool use Karpenter's label keys.
-	LabelNodeClaim = "karpenter.sh/nodeclaim"
-	LabelNodePool  = "karpenter.sh/nodepool"
-)
-
 // CPU kinds of a catalogue's node types (spec.catalog.select[].cpu).
 const (
 	CPUShared    = "shared"

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	tokenutil "k8s.io/cluster-bootstrap/token/util"
+
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // DefaultGroup is the extra group kubeadm gives node bootstrap tokens; kubeadm's bootstrap
@@ -53,13 +55,6 @@ func (t Token) SecretName() string { return tokenutil.BootstrapTokenSecretName(t
 // Username is the user the API server authenticates the token as.
 func (t Token) Username() string { return bootstrapapi.BootstrapUserPrefix + t.ID }
 
-// LabelManagedBy and ManagedBy mark the token Secrets the fulfiller made: only those are
-// ever revoked or collected, never a token someone else labelled with a claim's name.
-const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "fulfiller"
-)
-
 // TokenSecretOptions describe a token Secret.
 type TokenSecretOptions struct {
 	Expires     time.Time
@@ -71,13 +66,14 @@ type TokenSecretOptions struct {
 
 // TokenSecret builds the kube-system Secret that makes the API server accept the token for
 // authentication (and the bootstrap signer sign cluster-info with it) until it expires. It
-// carries opts.Labels and LabelManagedBy.
+// carries opts.Labels and keys.LabelManagedBy (only the token Secrets it marks are ever
+// revoked or collected).
 func TokenSecret(t Token, opts TokenSecretOptions) *corev1.Secret {
 	groups := opts.Groups
 	if len(groups) == 0 {
 		groups = []string{DefaultGroup}
 	}
-	labels := map[string]string{LabelManagedBy: ManagedBy}
+	labels := map[string]string{keys.LabelManagedBy: keys.ManagedBy}
 	for k, v := range opts.Labels {
 		labels[k] = v
 	}

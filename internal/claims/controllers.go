@@ -38,7 +38,7 @@ type Options struct {
 	Unavailable *cloudprovider.UnavailableOfferings
 	// Families are the node-type families classes may name.
 	Families family.Registry
-	// ClusterName is this cluster's name (v1alpha1.LabelCluster).
+	// ClusterName is this cluster's name (keys.LabelCluster).
 	ClusterName string
 	// Namespace holds the claims' user data and runs, and the Secrets classes name;
 	// StateNamespace the claims' states and locks (kubernetes backend) for classes that name

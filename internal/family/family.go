@@ -75,7 +75,7 @@ type CatalogType struct {
 }
 
 // Inventory (optional) lists the machines the family can prove are this cluster's, by the
-// labels the module sets on them (v1alpha1.LabelCluster, the claim, the class). A machine it
+// labels the module sets on them (keys.LabelCluster, the claim, the class). A machine it
 // cannot attribute is never returned: the orphan collector deletes only what List returns.
 type Inventory interface {
 	List(ctx context.Context, s Scope) ([]Machine, error)

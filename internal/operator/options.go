@@ -40,7 +40,7 @@ const (
 // They are parsed with Karpenter's, from the same command line.
 type Options struct {
 	// ClusterName is this cluster's name: the modules label every machine with it
-	// (v1alpha1.LabelCluster), and the orphan collector deletes only machines that carry it.
+	// (keys.LabelCluster), and the orphan collector deletes only machines that carry it.
 	ClusterName string
 	// OrphanGrace is how old an orphaned machine or state must be before it is collected.
 	OrphanGrace    time.Duration

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -31,7 +32,7 @@ func TestEncryptedStateOnKubernetesBackend(t *testing.T) {
 	}
 	kubeEnv := map[string]string{"KUBE_CONFIG_PATH": cp.Kubeconfig}
 	// The state objects carry their claim's UID, as the controller labels them.
-	labels := map[string]string{tfrunner.LabelNodeClaimUID: "0b1e5a6c-1111-2222-3333-444455556666"}
+	labels := map[string]string{keys.LabelNodeClaimUID: "0b1e5a6c-1111-2222-3333-444455556666"}
 	backend := func(key statelock.Key) tfrunner.Backend {
 		return tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(key, "default"), Maps: map[string]map[string]string{"labels": labels}}
 	}

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
@@ -228,7 +229,7 @@ func TestRunsShareTheModuleCache(t *testing.T) {
 		}
 		req.Name, req.Operation, req.ModuleDir, req.CacheDir = claim+"-"+string(op), op, module, cache
 		req.Backend = Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": claim, "namespace": "default"},
-			Maps: map[string]map[string]string{"labels": {LabelNodeClaimUID: "uid-" + claim}}}
+			Maps: map[string]map[string]string{"labels": {keys.LabelNodeClaimUID: "uid-" + claim}}}
 		req.Env = map[string]string{"KUBE_CONFIG_PATH": cp.Kubeconfig}
 		return req
 	}
@@ -280,8 +281,8 @@ func TestRunsShareTheModuleCache(t *testing.T) {
 		secret, err := cs.CoreV1().Secrets("default").Get(context.Background(), "tfstate-default-"+claim, metav1.GetOptions{})
 		if err != nil {
 			t.Errorf("state of %s: %v", claim, err)
-		} else if got := secret.Labels[LabelNodeClaimUID]; got != "uid-"+claim {
-			t.Errorf("state of %s labelled %s=%q", claim, LabelNodeClaimUID, got)
+		} else if got := secret.Labels[keys.LabelNodeClaimUID]; got != "uid-"+claim {
+			t.Errorf("state of %s labelled %s=%q", claim, keys.LabelNodeClaimUID, got)
 		}
 	}
 

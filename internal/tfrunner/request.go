@@ -80,7 +80,7 @@ type Request struct {
 	// runner interrupts tofu, which releases its lock, and the run fails with class Timeout.
 	Deadline time.Duration `json:"deadline,omitempty"`
 	// Labels go on what the executor creates for the run (the Job executor's Job, pod and
-	// Secret), e.g. LabelNodeClaim.
+	// Secret), e.g. keys.LabelNodeClaim.
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
@@ -270,22 +270,6 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
-
-// Labels of a run (Request.Labels); the executors put them on what they make for it (runner
-// Jobs, their pods and request Secrets).
-const (
-	// LabelNodeClaim names the claim a run is for; callers set it through Request.Labels.
-	LabelNodeClaim = "karpenter.sh/nodeclaim"
-	// LabelNodeClaimUID is the UID of the claim a run is for (through Request.Labels): a run
-	// of the same name made for an earlier claim of the same name is not adopted.
-	LabelNodeClaimUID = "fulfiller.sh/nodeclaim-uid"
-	// LabelOperation is the run's operation (apply or destroy).
-	LabelOperation = "fulfiller.sh/operation"
-	// LabelManagedBy marks what the fulfiller created; the Job executor counts its runs by it.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// ManagedBy is LabelManagedBy's value.
-	ManagedBy = "fulfiller"
-)
 
 // Files of a local run, next to the request (the runner's --request): the request holds the
 // claim's user data and credentials, and the runner removes it once it has read it.

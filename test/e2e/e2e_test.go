@@ -39,6 +39,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
@@ -351,7 +352,7 @@ func orphanToken(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	secret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
-		Expires: time.Now().Add(time.Hour), Labels: map[string]string{classconfig.LabelNodeClaim: orphanClaim},
+		Expires: time.Now().Add(time.Hour), Labels: map[string]string{keys.LabelNodeClaim: orphanClaim},
 	})
 	if err := env.kube.Create(ctx, secret); err != nil {
 		t.Fatal(err)
@@ -394,7 +395,7 @@ func startedRuns(t *testing.T, ctx context.Context, claim, op string) int {
 	t.Helper()
 	if env.executor == devenv.ExecutorJob {
 		jobs, err := clientset(t).BatchV1().Jobs(devenv.Namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: classconfig.LabelNodeClaim + "=" + claim + ",fulfiller.sh/operation=" + op,
+			LabelSelector: keys.LabelNodeClaim + "=" + claim + ",fulfiller.sh/operation=" + op,
 		})
 		if err != nil {
 			t.Fatal(err)

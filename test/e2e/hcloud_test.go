@@ -32,6 +32,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
@@ -306,8 +307,8 @@ func TestHcloud(t *testing.T) {
 	if err := env.kube.Get(ctx, client.ObjectKey{Namespace: devenv.StateNamespace, Name: key.SecretName()}, state); err != nil {
 		t.Fatalf("the state of %s: %v", f.Name, err)
 	}
-	if got := state.Labels[tfrunner.LabelNodeClaimUID]; got != string(claim.UID) {
-		t.Errorf("state %s label %s = %q, want the claim's UID %s", state.Name, tfrunner.LabelNodeClaimUID, got, claim.UID)
+	if got := state.Labels[keys.LabelNodeClaimUID]; got != string(claim.UID) {
+		t.Errorf("state %s label %s = %q, want the claim's UID %s", state.Name, keys.LabelNodeClaimUID, got, claim.UID)
 	}
 	// The run log, as kubectl logs shows it, and no token anywhere but the user data.
 	ready := &v1alpha1.Fulfillment{}
@@ -394,8 +395,8 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	// Servers of the same project the collector must never touch: one of another cluster
 	// (labelled as a claim of this class would be), one with no labels.
 	foreign := createServerDirectly(t, api, "other-cluster-node", map[string]string{
-		v1alpha1.LabelCluster: "other-cluster", v1alpha1.LabelNodeClaim: "gone-claim",
-		v1alpha1.LabelNodeClass: orphanClass, "fulfiller.sh/node": "gone-claim", karpv1.NodePoolLabelKey: orphanPool,
+		keys.LabelCluster: "other-cluster", keys.LabelNodeClaim: "gone-claim",
+		keys.LabelNodeClass: orphanClass, "fulfiller.sh/node": "gone-claim", karpv1.NodePoolLabelKey: orphanPool,
 	})
 	unlabelled := createServerDirectly(t, api, "hand-made", nil)
 	const orphansDeleted, hcloudMachines = "fulfiller_orphans_deleted_total", `family="hcloud",kind="machine"`
@@ -411,11 +412,11 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	orphaned := make(chan orphan, 1)
 	var once sync.Once
 	api.AfterCreate(func(srv standin.Server) {
-		if srv.Labels[karpv1.NodePoolLabelKey] != orphanPool || srv.Labels[v1alpha1.LabelCluster] != devenv.ClusterName {
+		if srv.Labels[karpv1.NodePoolLabelKey] != orphanPool || srv.Labels[keys.LabelCluster] != devenv.ClusterName {
 			return
 		}
 		once.Do(func() {
-			o := orphan{server: srv, claim: srv.Labels[v1alpha1.LabelNodeClaim]}
+			o := orphan{server: srv, claim: srv.Labels[keys.LabelNodeClaim]}
 			o.run, o.err = killApply(ctx, cs, o.claim)
 			if o.err == nil {
 				o.err = errors.Join(
@@ -572,7 +573,7 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	}
 	servers := 0
 	for _, srv := range api.Servers() {
-		if srv.Labels[karpv1.NodePoolLabelKey] == orphanPool && srv.Labels[v1alpha1.LabelCluster] == devenv.ClusterName {
+		if srv.Labels[karpv1.NodePoolLabelKey] == orphanPool && srv.Labels[keys.LabelCluster] == devenv.ClusterName {
 			servers++
 		}
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/kubevirt/standin"
 )
 
@@ -176,7 +177,7 @@ func TestKubeVirtNodes(t *testing.T) {
 	if secretRef != vmName+"-userdata" {
 		t.Errorf("vm %s: cloud-init secretRef %q", vmName, secretRef)
 	}
-	for k, want := range map[string]string{v1alpha1.LabelNodeClaim: vmName, v1alpha1.LabelCluster: "e2e", karpv1.NodePoolLabelKey: "e2e-kubevirt",
+	for k, want := range map[string]string{keys.LabelNodeClaim: vmName, keys.LabelCluster: "e2e", karpv1.NodePoolLabelKey: "e2e-kubevirt",
 		corev1.LabelInstanceTypeStable: "kv-small"} {
 		if vm.Labels[k] != want {
 			t.Errorf("vm %s: label %s=%q, want %q", vmName, k, vm.Labels[k], want)
@@ -286,7 +287,7 @@ func assertNoVMs(t *testing.T, ctx context.Context, infra client.Client) {
 			return false, err
 		}
 		secrets := &corev1.SecretList{}
-		if err := infra.List(ctx, secrets, client.InNamespace(devenv.InfraNamespace), client.HasLabels{v1alpha1.LabelNodeClaim}); err != nil {
+		if err := infra.List(ctx, secrets, client.InNamespace(devenv.InfraNamespace), client.HasLabels{keys.LabelNodeClaim}); err != nil {
 			return false, err
 		}
 		return len(vms.Items) == 0 && len(secrets.Items) == 0, nil

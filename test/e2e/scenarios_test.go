@@ -21,9 +21,9 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // TestScaleUpAndDown is what `make demo` does, with assertions on the real objects: pending
@@ -109,7 +109,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		}
 		assertTokenNowhere(t, ctx, f, strings.SplitN(token, ".", 2)[1])
 	}
-	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: classconfig.LabelNodeClaim + ",karpenter.sh/nodeclaim!=" + orphanClaim})
+	tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: keys.LabelNodeClaim + ",karpenter.sh/nodeclaim!=" + orphanClaim})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,15 +5,11 @@ package classconfig
 
 import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // FinalizerDestroy keeps a Fulfillment until its machine is destroyed and its state removed.
 const FinalizerDestroy = v1alpha1.Group + "/destroy"
-
-// LabelNodeClaim marks objects that belong to one claim (token Secrets, user data, runs).
-const LabelNodeClaim = tfrunner.LabelNodeClaim
 
 // AnnotationProviderID on a claim announces the provider ID its apply reported, when the node
 // type's could not be predicted: the update makes Karpenter call Create again, which then
@@ -30,8 +26,8 @@ const (
 // UserDataSecretName is the name of the claim's user data Secret.
 func UserDataSecretName(f *v1alpha1.Fulfillment) string { return f.Name + "-userdata" }
 
-// UserDataLabels mark a user data Secret as the fulfiller's (with LabelNodeClaim, its claim's):
+// UserDataLabels mark a user data Secret as the fulfiller's (with keys.LabelNodeClaim, its claim's):
 // the orphan collector deletes no other.
 func UserDataLabels() map[string]string {
-	return map[string]string{bootstrap.LabelManagedBy: bootstrap.ManagedBy, "app.kubernetes.io/component": "user-data"}
+	return map[string]string{keys.LabelManagedBy: keys.ManagedBy, "app.kubernetes.io/component": "user-data"}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 )
 
@@ -260,7 +261,7 @@ func (c *CloudProvider) fulfillmentFor(nc *v1alpha1.TofuNodeClass, claim *karpv1
 	f := &v1alpha1.Fulfillment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:       claim.Name,
-			Labels:     map[string]string{classconfig.LabelNodeClaim: claim.Name, karpv1.NodePoolLabelKey: claim.Labels[karpv1.NodePoolLabelKey]},
+			Labels:     map[string]string{keys.LabelNodeClaim: claim.Name, karpv1.NodePoolLabelKey: claim.Labels[karpv1.NodePoolLabelKey]},
 			Finalizers: []string{classconfig.FinalizerDestroy},
 		},
 		Spec: v1alpha1.FulfillmentSpec{

@@ -22,6 +22,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/gates"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // bootstrapStage mints the claim's bootstrap token and renders its user data, once: the same
@@ -96,7 +97,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		return reconcile.Result{}, err
 	}
 	ttl := s.Class.TokenTTL()
-	labels := map[string]string{classconfig.LabelNodeClaim: s.F.Name}
+	labels := map[string]string{keys.LabelNodeClaim: s.F.Name}
 	expires := b.clock.Now().Add(ttl)
 	tokenSecret := bootstrap.TokenSecret(tok, bootstrap.TokenSecretOptions{
 		Expires:     expires,
@@ -107,7 +108,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		return reconcile.Result{}, fmt.Errorf("creating bootstrap token: %w", err)
 	}
 	udLabels := classconfig.UserDataLabels()
-	udLabels[classconfig.LabelNodeClaim] = s.F.Name
+	udLabels[keys.LabelNodeClaim] = s.F.Name
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: b.namespace, Name: name, Labels: udLabels,

@@ -66,7 +66,7 @@ type Options struct {
 	// Families are the node-type families classes may name (nil: generic classes only).
 	Families family.Registry
 	// ClusterName is this cluster's name: the value of the cluster label the modules put on
-	// every machine (v1alpha1.LabelCluster).
+	// every machine (keys.LabelCluster).
 	ClusterName string
 }
 

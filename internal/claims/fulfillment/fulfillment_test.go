@@ -15,6 +15,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
@@ -38,7 +39,7 @@ func TestClaimLifecycle(t *testing.T) {
 	e.expectRuns(claim.Name, "sim-a1b2c-apply-1=Running")
 	e.expectEvents(v1alpha1.ReasonApplyStarted)
 	req, _ := e.exec.Request("sim-a1b2c-apply-1")
-	if req.Deadline != v1alpha1.DefaultApplyDeadline || req.Labels[tfrunner.LabelNodeClaimUID] != string(claim.UID) || req.Variables[tfrunner.VarUserData] == "" {
+	if req.Deadline != v1alpha1.DefaultApplyDeadline || req.Labels[keys.LabelNodeClaimUID] != string(claim.UID) || req.Variables[tfrunner.VarUserData] == "" {
 		t.Errorf("apply request: deadline %s, labels %v", req.Deadline, req.Labels)
 	}
 

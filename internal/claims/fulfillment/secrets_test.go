@@ -18,10 +18,10 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 )
 
@@ -32,11 +32,11 @@ func TestCollectorDeletesOnlyItsOwnSecrets(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Now())
 	foreign := []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "someones-config", Labels: map[string]string{classconfig.LabelNodeClaim: "gone"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "someones-config", Labels: map[string]string{keys.LabelNodeClaim: "gone"}},
 			Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"k": []byte("v")}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-zzzzzz", Labels: map[string]string{classconfig.LabelNodeClaim: "gone"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-zzzzzz", Labels: map[string]string{keys.LabelNodeClaim: "gone"}},
 			Type: "bootstrap.kubernetes.io/token", Data: map[string][]byte{"token-id": []byte("zzzzzz")}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "gone-notes", Labels: map[string]string{classconfig.LabelNodeClaim: "gone"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "gone-notes", Labels: map[string]string{keys.LabelNodeClaim: "gone"}},
 			Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"k": []byte("v")}},
 	}
 	ca, err := test.ClusterCA("fulfiller")
@@ -68,7 +68,7 @@ func TestCollectorDeletesOnlyItsOwnSecrets(t *testing.T) {
 	countOwn := func(claim string) int {
 		t.Helper()
 		list := &corev1.SecretList{}
-		if err := kube.List(ctx, list, client.MatchingLabels{classconfig.LabelNodeClaim: claim}); err != nil {
+		if err := kube.List(ctx, list, client.MatchingLabels{keys.LabelNodeClaim: claim}); err != nil {
 			t.Fatal(err)
 		}
 		n := 0

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // tokenStage keeps an unjoined claim's bootstrap token alive: a token lives only its TTL, but
@@ -94,7 +94,7 @@ func tokenExtension(now, expires time.Time, ttl time.Duration, limit time.Time) 
 // machine is destroyed, nobody may join with them again.
 func revokeTokens(ctx context.Context, kube client.Client, claim string) error {
 	err := kube.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace("kube-system"),
-		client.MatchingLabels{classconfig.LabelNodeClaim: claim, bootstrap.LabelManagedBy: bootstrap.ManagedBy}, client.MatchingFields{"type": "bootstrap.kubernetes.io/token"})
+		client.MatchingLabels{keys.LabelNodeClaim: claim, keys.LabelManagedBy: keys.ManagedBy}, client.MatchingFields{"type": "bootstrap.kubernetes.io/token"})
 	if err != nil {
 		return fmt.Errorf("revoking bootstrap tokens: %w", err)
 	}

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // SecretGracePeriod protects objects a claim is creating right now (its Fulfillment may be
@@ -71,7 +71,7 @@ func (o *SecretCollector) Register(_ context.Context, m manager.Manager) error {
 }
 
 // Collect deletes every token and user data Secret whose claim has no Fulfillment. It looks
-// only at Secrets the fulfiller made (bootstrap.LabelManagedBy): bootstrap tokens in
+// only at Secrets the fulfiller made (keys.LabelManagedBy): bootstrap tokens in
 // kube-system, user data in the fulfiller's namespace; a Secret someone else labelled with a
 // claim's name is never touched.
 func (o *SecretCollector) Collect(ctx context.Context) error {
@@ -80,11 +80,11 @@ func (o *SecretCollector) Collect(ctx context.Context) error {
 		labels    client.MatchingLabels
 		typ       corev1.SecretType
 	}{
-		{"kube-system", client.MatchingLabels{bootstrap.LabelManagedBy: bootstrap.ManagedBy}, bootstrapapi.SecretTypeBootstrapToken},
+		{"kube-system", client.MatchingLabels{keys.LabelManagedBy: keys.ManagedBy}, bootstrapapi.SecretTypeBootstrapToken},
 		{o.namespace, classconfig.UserDataLabels(), corev1.SecretTypeOpaque},
 	} {
 		list := &corev1.SecretList{}
-		if err := o.apiReader.List(ctx, list, client.InNamespace(kind.namespace), kind.labels, client.HasLabels{classconfig.LabelNodeClaim}); err != nil {
+		if err := o.apiReader.List(ctx, list, client.InNamespace(kind.namespace), kind.labels, client.HasLabels{keys.LabelNodeClaim}); err != nil {
 			return fmt.Errorf("listing claim secrets in %s: %w", kind.namespace, err)
 		}
 		for i := range list.Items {
@@ -92,7 +92,7 @@ func (o *SecretCollector) Collect(ctx context.Context) error {
 			if secret.Type != kind.typ || o.clock.Since(secret.CreationTimestamp.Time) < SecretGracePeriod {
 				continue
 			}
-			err := o.apiReader.Get(ctx, client.ObjectKey{Name: secret.Labels[classconfig.LabelNodeClaim]}, &v1alpha1.Fulfillment{})
+			err := o.apiReader.Get(ctx, client.ObjectKey{Name: secret.Labels[keys.LabelNodeClaim]}, &v1alpha1.Fulfillment{})
 			if !apierrors.IsNotFound(err) {
 				if err != nil {
 					return fmt.Errorf("reading fulfillment: %w", err)
@@ -102,7 +102,7 @@ func (o *SecretCollector) Collect(ctx context.Context) error {
 			if err := o.kube.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting orphaned secret %s/%s: %w", secret.Namespace, secret.Name, err)
 			}
-			log.FromContext(ctx).Info("deleted secret of a claim that no longer exists", "secret", client.ObjectKeyFromObject(secret), "nodeclaim", secret.Labels[classconfig.LabelNodeClaim])
+			log.FromContext(ctx).Info("deleted secret of a claim that no longer exists", "secret", client.ObjectKeyFromObject(secret), "nodeclaim", secret.Labels[keys.LabelNodeClaim])
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // tokenLength is the length of a Hetzner Cloud API token: the provider refuses any other
@@ -37,7 +38,7 @@ func (*Family) CheckCredentials(ctx context.Context, s family.Scope) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.firstServer(ctx, v1alpha1.LabelCluster+"="+s.Cluster)
+	_, err = a.firstServer(ctx, keys.LabelCluster+"="+s.Cluster)
 	switch {
 	case err == nil:
 		return nil

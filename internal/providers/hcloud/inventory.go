@@ -13,6 +13,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // List returns the servers of the class's project that carry this cluster's label
@@ -28,7 +29,7 @@ func (f *Family) List(ctx context.Context, s family.Scope) ([]family.Machine, er
 	if err != nil {
 		return nil, err
 	}
-	servers, err := a.servers(ctx, v1alpha1.LabelCluster+"=="+s.Cluster)
+	servers, err := a.servers(ctx, keys.LabelCluster+"=="+s.Cluster)
 	if err != nil {
 		return nil, familyError("list servers", err)
 	}
@@ -42,7 +43,7 @@ func (f *Family) List(ctx context.Context, s family.Scope) ([]family.Machine, er
 }
 
 func machine(srv *schema.Server) family.Machine {
-	claim := srv.Labels[v1alpha1.LabelNodeClaim]
+	claim := srv.Labels[keys.LabelNodeClaim]
 	if claim == "" {
 		claim = srv.Labels["fulfiller.sh/node"]
 	}
@@ -50,10 +51,10 @@ func machine(srv *schema.Server) family.Machine {
 		ID:         strconv.FormatInt(srv.ID, 10),
 		Name:       srv.Name,
 		ProviderID: v1alpha1.DefaultProviderIDPrefix + strconv.FormatInt(srv.ID, 10),
-		Cluster:    srv.Labels[v1alpha1.LabelCluster],
+		Cluster:    srv.Labels[keys.LabelCluster],
 		Claim:      claim,
-		Class:      srv.Labels[v1alpha1.LabelNodeClass],
-		NodePool:   srv.Labels[v1alpha1.LabelNodePool],
+		Class:      srv.Labels[keys.LabelNodeClass],
+		NodePool:   srv.Labels[keys.LabelNodePool],
 		// The API gives the creation time to the second.
 		Created: family.LatestWithin(srv.Created, time.Second),
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 func kubevirtClass(namespace string, types ...v1alpha1.NodeType) *v1alpha1.TofuNodeClass {
@@ -154,11 +155,11 @@ func TestInventory(t *testing.T) {
 			}
 		}
 	}
-	mine := map[string]string{v1alpha1.LabelCluster: "test-cluster", v1alpha1.LabelNodeClaim: "n1", v1alpha1.LabelNodeClass: "kv", v1alpha1.LabelNodePool: "pool"}
+	mine := map[string]string{keys.LabelCluster: "test-cluster", keys.LabelNodeClaim: "n1", keys.LabelNodeClass: "kv", keys.LabelNodePool: "pool"}
 	before := time.Now()
 	mk("n1", mine)
-	mk("n2", map[string]string{v1alpha1.LabelCluster: "other-cluster", v1alpha1.LabelNodeClaim: "n2"})
-	mk("n3", map[string]string{v1alpha1.LabelNodeClaim: "n3"})
+	mk("n2", map[string]string{keys.LabelCluster: "other-cluster", keys.LabelNodeClaim: "n2"})
+	mk("n3", map[string]string{keys.LabelNodeClaim: "n3"})
 	kv := NewFamily()
 	s := family.Scope{Class: kubevirtClass(in.namespace), Env: in.env, Cluster: "test-cluster"}
 	got, err := kv.List(ctx, s)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // providerIDPrefix starts the provider ID of a KubeVirt node (modules/kubevirt's provider_id).
@@ -44,7 +45,7 @@ func namespaces(nc *v1alpha1.TofuNodeClass) []string {
 	return out
 }
 
-// List lists the VirtualMachines labelled as this cluster's (v1alpha1.LabelCluster) in the
+// List lists the VirtualMachines labelled as this cluster's (keys.LabelCluster) in the
 // class's VM namespaces (family.Inventory). Without a cluster name nothing can be
 // attributed: an error.
 func (f *Family) List(ctx context.Context, s family.Scope) ([]family.Machine, error) {
@@ -58,7 +59,7 @@ func (f *Family) List(ctx context.Context, s family.Scope) ([]family.Machine, er
 	var out []family.Machine
 	for _, ns := range namespaces(s.Class) {
 		list := &virtv1.VirtualMachineList{}
-		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelCluster: s.Cluster}); err != nil {
+		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{keys.LabelCluster: s.Cluster}); err != nil {
 			return nil, fmt.Errorf("listing virtualmachines in %s: %w", ns, err)
 		}
 		for i := range list.Items {
@@ -72,7 +73,7 @@ func machine(vm *virtv1.VirtualMachine) family.Machine {
 	l := vm.Labels
 	return family.Machine{
 		ID: vm.Namespace + "/" + vm.Name, Name: vm.Name, ProviderID: providerIDPrefix + vm.Name,
-		Cluster: l[v1alpha1.LabelCluster], Claim: l[v1alpha1.LabelNodeClaim], Class: l[v1alpha1.LabelNodeClass], NodePool: l[v1alpha1.LabelNodePool],
+		Cluster: l[keys.LabelCluster], Claim: l[keys.LabelNodeClaim], Class: l[keys.LabelNodeClass], NodePool: l[keys.LabelNodePool],
 		// The API server keeps creationTimestamp to the second.
 		Created: family.LatestWithin(vm.CreationTimestamp.Time, time.Second),
 	}
@@ -100,7 +101,7 @@ func (f *Family) Delete(ctx context.Context, s family.Scope, m family.Machine) e
 	case err != nil:
 		return fmt.Errorf("reading virtualmachine %s: %w", m.ID, err)
 	}
-	if vm.Labels[v1alpha1.LabelCluster] != s.Cluster {
+	if vm.Labels[keys.LabelCluster] != s.Cluster {
 		return fmt.Errorf("virtualmachine %s is not labelled as cluster %s's", m.ID, s.Cluster)
 	}
 	err = c.Delete(ctx, vm, client.PropagationPolicy(metav1.DeletePropagationForeground), client.Preconditions{UID: &vm.UID})
@@ -114,7 +115,7 @@ func (f *Family) Delete(ctx context.Context, s family.Scope, m family.Machine) e
 	case err != nil:
 		return fmt.Errorf("reading the cloud-init secret of %s: %w", m.ID, err)
 	}
-	if secret.Labels[v1alpha1.LabelCluster] != s.Cluster {
+	if secret.Labels[keys.LabelCluster] != s.Cluster {
 		return nil
 	}
 	if err := c.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {

@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
 // LabelsFile is where modules/sim keeps a machine's labels, in its state dir
@@ -88,8 +88,8 @@ func readMachine(stateDir string) (family.Machine, bool, error) {
 		return family.Machine{}, false, nil // not labels this family wrote: not attributable
 	}
 	name := filepath.Base(stateDir)
-	return family.Machine{ID: name, Name: name, ProviderID: "sim://" + name, Cluster: labels[v1alpha1.LabelCluster],
-		Claim: labels[v1alpha1.LabelNodeClaim], Class: labels[v1alpha1.LabelNodeClass], NodePool: labels[v1alpha1.LabelNodePool],
+	return family.Machine{ID: name, Name: name, ProviderID: "sim://" + name, Cluster: labels[keys.LabelCluster],
+		Claim: labels[keys.LabelNodeClaim], Class: labels[keys.LabelNodeClass], NodePool: labels[keys.LabelNodePool],
 		Created: info.ModTime()}, true, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -47,8 +48,8 @@ func TestInventory(t *testing.T) {
 		Backend: tfrunner.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(t.TempDir(), "state.tfstate")}},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "sim-small", tfrunner.VarZone: "sim-1", tfrunner.VarUserData: "#cloud-config\n",
-			tfrunner.VarLabels: map[string]string{v1alpha1.LabelCluster: "prod-eu", v1alpha1.LabelNodeClaim: name,
-				v1alpha1.LabelNodeClass: "sim", v1alpha1.LabelNodePool: "default"},
+			tfrunner.VarLabels: map[string]string{keys.LabelCluster: "prod-eu", keys.LabelNodeClaim: name,
+				keys.LabelNodeClass: "sim", keys.LabelNodePool: "default"},
 			tfrunner.VarParameters: map[string]string{"sim_dir": simDir, "never_join": "true"},
 		},
 		TofuPath: tofu,

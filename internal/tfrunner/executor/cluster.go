@@ -14,6 +14,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -89,7 +90,7 @@ func RunnerSlots(nodes []*corev1.Node, pods []*corev1.Pod, p RunnerPlacement) Ru
 // isRunner tells a runner pod: it is managed by the fulfiller, in the runners' namespace, and
 // made by a Job.
 func isRunner(pod *corev1.Pod, namespace string) bool {
-	return pod.Namespace == namespace && pod.Labels[tfrunner.LabelManagedBy] == tfrunner.ManagedBy && pod.Labels[jobNameLabel] != ""
+	return pod.Namespace == namespace && pod.Labels[keys.LabelManagedBy] == keys.ManagedBy && pod.Labels[jobNameLabel] != ""
 }
 
 // mayRunRunners: the node is Ready and schedulable, not Karpenter's, matches the runners'

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -43,7 +44,7 @@ func pod(namespace, name, nodeName, cpu, memory string, lbls map[string]string) 
 // TestRunnerSlots: runner pods fit on the nodes they may run on, in what other pods leave.
 func TestRunnerSlots(t *testing.T) {
 	runner := RunnerPlacement{Namespace: "fulfiller", Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")}}
-	runnerLabels := map[string]string{tfrunner.LabelManagedBy: tfrunner.ManagedBy, jobNameLabel: "sim-a-apply-1"}
+	runnerLabels := map[string]string{keys.LabelManagedBy: keys.ManagedBy, jobNameLabel: "sim-a-apply-1"}
 	tainted := func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
 	}

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -189,7 +190,7 @@ func testJobCredentials(t *testing.T, c *jobCluster) {
 	e.EnvFromSecrets = []string{"cloud-credentials"}
 	record := t.TempDir()
 	req := nodeRequest(t, "creds-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"record_dir": record})
-	req.Labels = map[string]string{tfrunner.LabelNodeClaim: "creds"}
+	req.Labels = map[string]string{keys.LabelNodeClaim: "creds"}
 	if err := e.Start(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func testJobCredentials(t *testing.T, c *jobCluster) {
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(job)
-	if strings.Contains(string(data), token) || job.Labels[tfrunner.LabelNodeClaim] != "creds" {
+	if strings.Contains(string(data), token) || job.Labels[keys.LabelNodeClaim] != "creds" {
 		t.Errorf("job %s", data)
 	}
 }
@@ -218,7 +219,7 @@ func testJobObjects(t *testing.T, c *jobCluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Labels[tfrunner.LabelOperation] != "apply" || job.Labels[tfrunner.LabelManagedBy] != tfrunner.ManagedBy ||
+	if job.Labels[keys.LabelOperation] != "apply" || job.Labels[keys.LabelManagedBy] != keys.ManagedBy ||
 		*job.Spec.BackoffLimit != 0 || *job.Spec.TTLSecondsAfterFinished != 3600 || *job.Spec.ActiveDeadlineSeconds != 1800 ||
 		*job.Spec.Template.Spec.TerminationGracePeriodSeconds != 20 {
 		t.Errorf("job: labels %v, spec %+v", job.Labels, job.Spec)
@@ -286,7 +287,7 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 		return err == nil && len(names) == 0
 	})
 	req := nodeRequest(t, "deadline-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"sleep_seconds": "60"})
-	req.Labels = map[string]string{tfrunner.LabelNodeClaim: "deadline", tfrunner.LabelNodeClaimUID: "uid-deadline"}
+	req.Labels = map[string]string{keys.LabelNodeClaim: "deadline", keys.LabelNodeClaimUID: "uid-deadline"}
 	if err := e.Start(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func testJobDeadline(t *testing.T, c *jobCluster) {
 		t.Errorf("the request Secret does not hold the user data")
 	}
 	for _, labels := range []map[string]string{job.Labels, job.Spec.Template.Labels, secret.Labels} {
-		if labels[tfrunner.LabelNodeClaimUID] != "uid-deadline" || labels[tfrunner.LabelNodeClaim] != "deadline" {
+		if labels[keys.LabelNodeClaimUID] != "uid-deadline" || labels[keys.LabelNodeClaim] != "deadline" {
 			t.Errorf("labels %v", labels)
 		}
 	}

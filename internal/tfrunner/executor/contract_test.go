@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -289,7 +290,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 		t.Parallel()
 		e := c.NewExecutor(t)
 		req := c.request(t, e, "contract-g-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil, Behaviour{})
-		req.Labels = map[string]string{tfrunner.LabelNodeClaimUID: "uid-old"}
+		req.Labels = map[string]string{keys.LabelNodeClaimUID: "uid-old"}
 		if err := e.Start(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +298,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			t.Fatalf("status: %+v %+v", st, st.Result)
 		}
 		again := req
-		again.Labels = map[string]string{tfrunner.LabelNodeClaimUID: "uid-new"}
+		again.Labels = map[string]string{keys.LabelNodeClaimUID: "uid-new"}
 		if err := e.Start(ctx, again); !errors.Is(err, ErrOtherClaimsRun) {
 			t.Fatalf("start of a run whose name an earlier claim's run has: %v, want ErrOtherClaimsRun", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -85,7 +86,7 @@ var (
 // other than claimUID. A run without the label (made before runs were labelled) and an empty
 // claimUID match.
 func CheckOwner(name string, labels map[string]string, claimUID string) error {
-	theirs := labels[tfrunner.LabelNodeClaimUID]
+	theirs := labels[keys.LabelNodeClaimUID]
 	if claimUID == "" || theirs == "" || theirs == claimUID {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -147,7 +148,7 @@ func (e *Job) Start(ctx context.Context, req tfrunner.Request) error {
 			case err != nil:
 				return false, fmt.Errorf("reading Job %s: %w", req.Name, err)
 			}
-			if err := CheckOwner(req.Name, job.Labels, req.Labels[tfrunner.LabelNodeClaimUID]); err != nil {
+			if err := CheckOwner(req.Name, job.Labels, req.Labels[keys.LabelNodeClaimUID]); err != nil {
 				return true, err
 			}
 			if _, done := jobFinished(job); done || job.DeletionTimestamp != nil {
@@ -201,7 +202,7 @@ func (e *Job) ensureSecret(ctx context.Context, job *batchv1.Job, req tfrunner.R
 // inProgress are the executor's Jobs that have not finished, by name.
 func (e *Job) inProgress(ctx context.Context) (map[string]bool, error) {
 	list, err := e.Client.BatchV1().Jobs(e.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{tfrunner.LabelManagedBy: tfrunner.ManagedBy}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{keys.LabelManagedBy: keys.ManagedBy}).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing runner Jobs: %w", err)
@@ -222,8 +223,8 @@ func (e *Job) job(req tfrunner.Request) *batchv1.Job {
 	if lbls == nil {
 		lbls = map[string]string{}
 	}
-	lbls[tfrunner.LabelOperation] = string(req.Operation)
-	lbls[tfrunner.LabelManagedBy] = tfrunner.ManagedBy
+	lbls[keys.LabelOperation] = string(req.Operation)
+	lbls[keys.LabelManagedBy] = keys.ManagedBy
 	command := e.Command
 	if len(command) == 0 {
 		command = []string{"fulfiller", "run"}
@@ -387,7 +388,7 @@ func (e *Job) Status(ctx context.Context, name, claimUID string) (RunStatus, err
 			return st, nil
 		}
 		now := time.Now().UTC()
-		st.Phase, st.Result = RunFailed, &tfrunner.Result{Operation: tfrunner.Operation(job.Labels[tfrunner.LabelOperation]), Started: st.StartTime, Finished: now,
+		st.Phase, st.Result = RunFailed, &tfrunner.Result{Operation: tfrunner.Operation(job.Labels[keys.LabelOperation]), Started: st.StartTime, Finished: now,
 			Error: tfrunner.NewRunError(tfrunner.Cancelled, "run cancelled")}
 		return st, nil
 	}
@@ -401,7 +402,7 @@ func (e *Job) Status(ctx context.Context, name, claimUID string) (RunStatus, err
 
 // jobResult is the result of a finished run: the one its runner wrote, or why it has none.
 func jobResult(job *batchv1.Job, pods []*corev1.Pod) *tfrunner.Result {
-	op := tfrunner.Operation(job.Labels[tfrunner.LabelOperation])
+	op := tfrunner.Operation(job.Labels[keys.LabelOperation])
 	deadline := jobCondition(job, "DeadlineExceeded")
 	// A runner that wrote its result decides, even before the Job controller has noticed;
 	// but a runner stopped by the Job's deadline reports Cancelled where Timeout is meant.

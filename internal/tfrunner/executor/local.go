@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -163,7 +164,7 @@ func (e *Local) Start(ctx context.Context, req tfrunner.Request) error {
 			if _, err := os.Stat(dir); err != nil {
 				return false, nil
 			}
-			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[tfrunner.LabelNodeClaimUID])
+			return true, CheckOwner(req.Name, readRunInfo(dir).Labels, req.Labels[keys.LabelNodeClaimUID])
 		},
 		InProgress: func(context.Context) (map[string]bool, error) { return e.inProgress() },
 		Create:     func(context.Context) error { return e.create(dir, req) },

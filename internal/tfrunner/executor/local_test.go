@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -230,9 +231,9 @@ func TestLocalExecutorRunsNice(t *testing.T) {
 	script := `while [ ! -e go ]; do sleep 0.05; done; cut -d' ' -f19 /proc/self/stat > nice.tmp && mv nice.tmp nice; while [ ! -e done ]; do sleep 0.05; done`
 	ended := make(chan string, 1)
 	e := &Local{Dir: dir, Command: []string{"sh", "-c", script, "sh"}, Limiter: NewLimiter(MaxRuns(1)), Nice: 7,
-		OnEnd: func(name string, labels map[string]string) { ended <- name + " " + labels[tfrunner.LabelNodeClaim] }}
+		OnEnd: func(name string, labels map[string]string) { ended <- name + " " + labels[keys.LabelNodeClaim] }}
 	req := nodeRequest(t, "node-n-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
-	req.Labels = map[string]string{tfrunner.LabelNodeClaim: "node-n"}
+	req.Labels = map[string]string{keys.LabelNodeClaim: "node-n"}
 	if err := e.Start(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -85,7 +86,7 @@ func (r *Runs) claimBackend(ctx context.Context, c *Claim) (v1alpha1.Backend, cl
 // stateLabels are the labels of a claim's state objects (the kubernetes backend's Secret and
 // Lease): its claim's UID, as on its runs, so what a claim left can be found by the claim.
 func stateLabels(f *v1alpha1.Fulfillment) map[string]string {
-	return map[string]string{tfrunner.LabelNodeClaimUID: f.Spec.NodeClaimUID}
+	return map[string]string{keys.LabelNodeClaimUID: f.Spec.NodeClaimUID}
 }
 
 // checkEncryptionKey compares the passphrase a run would use with the one the claim's state

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -119,13 +120,13 @@ func TestRunRequestBackend(t *testing.T) {
 				t.Errorf("request backend %+v workspace %q env keys %v", req.Backend, req.Workspace, slices.Sorted(maps.Keys(req.Env)))
 			}
 			// The kubernetes backend labels the claim's state Secret and lock Lease with its UID.
-			if labels := req.Backend.Maps["labels"]; tc.wantType == "kubernetes" && (len(labels) != 1 || labels[tfrunner.LabelNodeClaimUID] != "uid-a") {
-				t.Errorf("state labels %v, want %s=uid-a", labels, tfrunner.LabelNodeClaimUID)
+			if labels := req.Backend.Maps["labels"]; tc.wantType == "kubernetes" && (len(labels) != 1 || labels[keys.LabelNodeClaimUID] != "uid-a") {
+				t.Errorf("state labels %v, want %s=uid-a", labels, keys.LabelNodeClaimUID)
 			}
 			// The module labels its machine as this cluster's, the claim's, the class's and the pool's.
 			labels, _ := req.Variables[tfrunner.VarLabels].(map[string]string)
-			for k, v := range map[string]string{v1alpha1.LabelCluster: "prod-eu", v1alpha1.LabelNodeClaim: "claim-a",
-				v1alpha1.LabelNodeClass: "c", v1alpha1.LabelNodePool: "default"} {
+			for k, v := range map[string]string{keys.LabelCluster: "prod-eu", keys.LabelNodeClaim: "claim-a",
+				keys.LabelNodeClass: "c", keys.LabelNodePool: "default"} {
 				if labels[k] != v {
 					t.Errorf("label %s = %q, want %q (labels %v)", k, labels[k], v, labels)
 				}

@@ -63,10 +63,11 @@ type Driver struct {
 func (d *Driver) Drive(ctx context.Context, c *Claim) (reconcile.Result, *tfrunner.Result, error) {
 	run := Last(c.F, d.Op)
 	if run == nil || run.Phase != v1alpha1.RunRunning {
-		if wait := d.Runs.retryWait(run, runsMade(c.F, d.Op)); wait > 0 {
+		made, last := attempts(c.F, d.Op)
+		if wait := d.Runs.retryWait(run, made); wait > 0 {
 			return reconcile.Result{RequeueAfter: wait}, nil, nil
 		}
-		res, err := d.start(ctx, c, runCount(c.F, d.Op)+1, true)
+		res, err := d.start(ctx, c, last+1, true)
 		return res, nil, err
 	}
 	st, err := d.Runs.executor.Status(ctx, run.Name, c.F.Spec.NodeClaimUID)
@@ -145,9 +146,10 @@ func (d *Driver) start(ctx context.Context, c *Claim, attempt int, record bool) 
 		return reconcile.Result{}, err
 	}
 	err = d.Runs.executor.Start(ctx, req)
+	_, last := attempts(c.F, d.Op)
 	var refused *executor.AdmissionError
 	switch {
-	case errors.Is(err, executor.ErrOtherClaimsRun) && attempt < runCount(c.F, d.Op)+maxNameSkips:
+	case errors.Is(err, executor.ErrOtherClaimsRun) && attempt < last+maxNameSkips:
 		// An earlier claim of this name left a run of this name (kept for its log): this
 		// claim's run takes the next attempt's name.
 		log.FromContext(ctx).Info("run name taken by an earlier claim of the same name", "run", req.Name)
@@ -191,7 +193,7 @@ func (d *Driver) failed(ctx context.Context, c *Claim, run *v1alpha1.Run) (recon
 	if decision.MarkUnavailable {
 		d.Runs.unavailable.MarkUnavailable(c.F.Spec.NodeType, c.F.Spec.Zone, c.F.Spec.CapacityType)
 	}
-	made := runsMade(c.F, d.Op)
+	made, _ := attempts(c.F, d.Op)
 	if limit := d.MaxAttempts; decision.Retry && (limit == 0 || made < limit) {
 		wait := d.Runs.backoff(made)
 		if run.RetryAfter != nil {
@@ -214,7 +216,8 @@ func (d *Driver) FindUnrecorded(ctx context.Context, c *Claim) (*v1alpha1.Run, e
 	if last := Last(c.F, d.Op); last != nil && last.Phase == v1alpha1.RunRunning {
 		return nil, nil
 	}
-	next := runCount(c.F, d.Op) + 1
+	_, last := attempts(c.F, d.Op)
+	next := last + 1
 	for attempt := next; attempt < next+maxNameSkips; attempt++ {
 		name := Name(c.F, d.Op, attempt)
 		_, err := d.Runs.executor.Status(ctx, name, c.F.Spec.NodeClaimUID)

@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
@@ -46,14 +47,14 @@ func TestRunNameTakenByAnEarlierClaim(t *testing.T) {
 	names := exec.Created()
 	for _, name := range names {
 		req, _ := exec.Request(name)
-		if req.Labels[tfrunner.LabelNodeClaimUID] != "uid-new" || req.Labels[tfrunner.LabelNodeClaim] != "claim-a" {
+		if req.Labels[keys.LabelNodeClaimUID] != "uid-new" || req.Labels[keys.LabelNodeClaim] != "claim-a" {
 			t.Errorf("run %s labels %v", req.Name, req.Labels)
 		}
 	}
 	if strings.Join(names, ",") != "claim-a-apply-3,claim-a-destroy-2" {
 		t.Fatalf("started %v, want the first names no earlier claim has", names)
 	}
-	if apply := Last(f, tfrunner.Apply); apply == nil || apply.Name != "claim-a-apply-3" || apply.Attempt != 3 || runsMade(f, tfrunner.Apply) != 1 {
+	if apply := Last(f, tfrunner.Apply); apply == nil || apply.Name != "claim-a-apply-3" || apply.Attempt != 3 || func() bool { made, _ := attempts(f, tfrunner.Apply); return made != 1 }() {
 		t.Errorf("recorded apply %+v", apply)
 	}
 	if destroy := Last(f, tfrunner.Destroy); destroy == nil || destroy.Name != "claim-a-destroy-2" {

@@ -26,31 +26,22 @@ func Last(f *v1alpha1.Fulfillment, op tfrunner.Operation) *v1alpha1.Run {
 	return nil
 }
 
-// runsMade counts the runs of an operation this claim made (attempt numbers may skip names
-// that an earlier claim of the same name left).
-func runsMade(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
-	n := 0
+// attempts counts the runs of an operation in the claim's history (made: what the bound of
+// retries counts) and the highest attempt among them (last: the next run is attempt last+1).
+// They differ when attempt numbers skipped names that an earlier claim of the same name left.
+func attempts(f *v1alpha1.Fulfillment, op tfrunner.Operation) (made, last int) {
 	for _, r := range f.Status.Runs {
 		if r.Operation == string(op) {
-			n++
+			made++
+			last = max(last, r.Attempt)
 		}
 	}
-	return n
+	return made, last
 }
 
 // maxNameSkips bounds how many run names taken by an earlier claim of the same name are
 // skipped.
 const maxNameSkips = 20
-
-func runCount(f *v1alpha1.Fulfillment, op tfrunner.Operation) int {
-	n := 0
-	for _, r := range f.Status.Runs {
-		if r.Operation == string(op) {
-			n = max(n, r.Attempt)
-		}
-	}
-	return n
-}
 
 // Name is the name of a claim's run of op: bounded (tfrunner.RunName): a claim of a long NodePool name gets a run name a
 // Job may have.

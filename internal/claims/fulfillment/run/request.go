@@ -15,6 +15,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -44,10 +45,10 @@ func (r *Runs) request(ctx context.Context, c *Claim, op tfrunner.Operation, att
 	}
 	// For the module to label its machine as this cluster's, the claim's and the class's: a
 	// family's inventory finds it by them, and the orphan collector proves it ours.
-	labels[v1alpha1.LabelNodeClaim] = c.F.Name
-	labels[v1alpha1.LabelNodeClass] = c.F.Spec.NodeClass
+	labels[keys.LabelNodeClaim] = c.F.Name
+	labels[keys.LabelNodeClass] = c.F.Spec.NodeClass
 	if r.opts.ClusterName != "" {
-		labels[v1alpha1.LabelCluster] = r.opts.ClusterName
+		labels[keys.LabelCluster] = r.opts.ClusterName
 	}
 	backend, workspace, backendEnv, err := r.backend(ctx, c)
 	if err != nil {
@@ -90,7 +91,7 @@ func (r *Runs) request(ctx context.Context, c *Claim, op tfrunner.Operation, att
 		TofuStartsProviders: r.opts.TofuStartsProviders,
 		// The runner Job and its pod carry the claim's name: kubectl get jobs -l karpenter.sh/nodeclaim=<claim>;
 		// and its UID, so that an earlier claim's run of the same name is never taken for this one's.
-		Labels:      map[string]string{tfrunner.LabelNodeClaim: c.F.Name, tfrunner.LabelNodeClaimUID: c.F.Spec.NodeClaimUID},
+		Labels:      map[string]string{keys.LabelNodeClaim: c.F.Name, keys.LabelNodeClaimUID: c.F.Spec.NodeClaimUID},
 		LockTimeout: 30 * time.Second,
 	}, nil
 }

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
@@ -81,7 +81,7 @@ type Options struct {
 	// deadlines.apply bounds its applies: the runner interrupts tofu at it.
 	DestroyDeadline time.Duration
 	// ClusterName is this cluster's name: the value of the cluster label the modules put on
-	// every machine (v1alpha1.LabelCluster).
+	// every machine (keys.LabelCluster).
 	ClusterName string
 }
 
@@ -115,7 +115,7 @@ func (r *Runs) Wake() <-chan event.GenericEvent { return r.waiters.wake }
 // RunEnded wakes the claim of a run that an executor saw end (executor.Local.OnEnd), so that
 // its end is recorded at once rather than at the next poll.
 func (r *Runs) RunEnded(_ string, labels map[string]string) {
-	if name := labels[tfrunner.LabelNodeClaim]; name != "" {
+	if name := labels[keys.LabelNodeClaim]; name != "" {
 		r.waiters.enqueue(name)
 	}
 }

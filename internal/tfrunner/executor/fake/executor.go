@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
@@ -223,7 +224,7 @@ func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) 
 	logged := req
 	logged.Labels = maps.Clone(req.Labels)
 	defer func() {
-		e.log(Call{Method: MethodStart, Run: req.Name, ClaimUID: req.Labels[tfrunner.LabelNodeClaimUID], Request: &logged, Err: err})
+		e.log(Call{Method: MethodStart, Run: req.Name, ClaimUID: req.Labels[keys.LabelNodeClaimUID], Request: &logged, Err: err})
 	}()
 	if err := e.injected(MethodStart, req.Name, req.Operation); err != nil {
 		return err
@@ -239,7 +240,7 @@ func (e *Executor) Start(ctx context.Context, req tfrunner.Request) (err error) 
 			if !ok {
 				return false, nil
 			}
-			return true, executor.CheckOwner(req.Name, r.req.Labels, req.Labels[tfrunner.LabelNodeClaimUID])
+			return true, executor.CheckOwner(req.Name, r.req.Labels, req.Labels[keys.LabelNodeClaimUID])
 		},
 		InProgress: func(context.Context) (map[string]bool, error) {
 			e.mu.Lock()
