@@ -4,6 +4,7 @@
 package hcloud
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"os"
@@ -84,9 +85,43 @@ func startStandIn(t *testing.T, opts standin.Options) (*standin.StandIn, *standi
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("stand-in log:\n%s", log.String())
+			logMachines(t, machines.Dir)
 		}
 	})
 	return s, machines
+}
+
+// failedMachine is the server whose machine under dir reports that its join failed (`fulfiller
+// sim` logs "join failed" and idles without a kubelet); "" when none does.
+func failedMachine(dir string) string {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", sim.LogFile))
+	for _, path := range logs {
+		if data, err := os.ReadFile(path); err == nil && bytes.Contains(data, []byte(": join failed")) {
+			return filepath.Base(filepath.Dir(path))
+		}
+	}
+	return ""
+}
+
+// logMachines shows the log of each simulated machine under dir (one state dir per server):
+// how far it got booting and joining.
+func logMachines(t *testing.T, dir string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", sim.LogFile))
+	for _, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Logf("machine log %s: %v", path, err)
+			continue
+		}
+		if len(data) > 8000 {
+			data = append([]byte("...\n"), data[len(data)-8000:]...)
+		}
+		t.Logf("machine log of server %s:\n%s", filepath.Base(filepath.Dir(path)), data)
+	}
+	if len(logs) == 0 {
+		t.Logf("no machine logs under %s", dir)
+	}
 }
 
 // publicKey is an OpenSSH ed25519 public key line (the key itself is made up).

@@ -73,15 +73,23 @@ func hcloudClient(s *standin.StandIn) *hcloud.Client {
 		hcloud.WithPollOpts(hcloud.PollOpts{BackoffFunc: hcloud.ConstantBackoff(50 * time.Millisecond)}))
 }
 
-func waitForNode(ctx context.Context, t *testing.T, name string, cond func(*corev1.Node) bool) *corev1.Node {
+// waitForNode waits until the Node cond accepts is there. A machine of the stand-in that
+// reports its join failed ends the wait at once; any failure shows the machines' logs
+// (startStandIn), so that a Node that never registers says where its machine stopped.
+func waitForNode(ctx context.Context, t *testing.T, machines *standin.SimMachines, name string, cond func(*corev1.Node) bool) *corev1.Node {
 	t.Helper()
 	var node *corev1.Node
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		n, err := admin(t).CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
+		if failed := failedMachine(machines.Dir); failed != "" {
+			return false, fmt.Errorf("machine of server %s: its join failed", failed)
 		}
-		if err != nil {
+		n, err := admin(t).CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil && ctx.Err() == nil:
+			return false, nil // an API server slow to answer: asked again
+		case err != nil:
 			return false, err
 		}
 		node = n
@@ -187,7 +195,7 @@ func TestModule(t *testing.T) {
 	}
 
 	// The machine joins from exactly that user data, with the ID it read from the metadata.
-	node := waitForNode(ctx, t, name, func(n *corev1.Node) bool { return n.Spec.ProviderID != "" })
+	node := waitForNode(ctx, t, machines, name, func(n *corev1.Node) bool { return n.Spec.ProviderID != "" })
 	if node.Spec.ProviderID != providerID {
 		t.Errorf("the Node registered as %q, the module reported %q", node.Spec.ProviderID, providerID)
 	}
@@ -242,7 +250,7 @@ func TestModulePrivateNetworks(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, _ := startStandIn(t, standin.Options{})
+	s, machines := startStandIn(t, standin.Options{})
 	c := hcloudClient(s)
 	cidr := func(v string) *net.IPNet { _, n, _ := net.ParseCIDR(v); return n }
 	nw, _, err := c.Network.Create(ctx, hcloud.NetworkCreateOpts{Name: "cluster", IPRange: cidr("10.0.0.0/16"), Subnets: []hcloud.NetworkSubnet{
@@ -284,7 +292,7 @@ func TestModulePrivateNetworks(t *testing.T) {
 		if !slices.Equal(order, want) {
 			t.Errorf("changes %v, want %v: attached before it starts", order, want)
 		}
-		node := waitForNode(ctx, t, name, func(n *corev1.Node) bool { return n.Spec.ProviderID != "" })
+		node := waitForNode(ctx, t, machines, name, func(n *corev1.Node) bool { return n.Spec.ProviderID != "" })
 		if node.Spec.ProviderID != res.ProviderID ||
 			!slices.Contains(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: srv.PrivateNets[0].IP}) {
 			t.Errorf("Node %s, addresses %v", node.Spec.ProviderID, node.Status.Addresses)
