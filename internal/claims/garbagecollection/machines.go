@@ -24,6 +24,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/message"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 )
@@ -58,7 +59,8 @@ func init() { crmetrics.Registry.MustRegister(orphansDeleted) }
 // their Fulfillments and machines. It deletes a machine only when the machine's family lists
 // it (family.Inventory: it carries the labels the module sets), it carries this cluster's
 // label, it names a claim that has no NodeClaim, no Fulfillment and no state, and it is older
-// than the grace period. It deletes a kubernetes-backend state Secret only when its
+// than the grace period. It deletes a kubernetes-backend state Secret only when it carries
+// the claim UID label the fulfiller gives its states (another tool's are never touched), its
 // Fulfillment is gone, it is older than the grace period, and every class that keeps states
 // in its namespace has an inventory that was listed now and shows no machine of the claim.
 // Without a cluster name it collects nothing: no machine can be proven this cluster's.
@@ -312,8 +314,8 @@ func (o *MachineCollector) claimGone(ctx context.Context, claim, stateNamespace 
 	return !exists, nil
 }
 
-// collectStates deletes the kubernetes-backend state Secrets (and lock Leases) whose
-// Fulfillment is gone, that are older than the grace period, in namespaces where every
+// collectStates deletes the fulfiller's kubernetes-backend state Secrets (and lock Leases):
+// those labelled with a claim's UID whose Fulfillment is gone, that are older than the grace period, in namespaces where every
 // class's inventory was listed and shows no machine of the claim.
 func (o *MachineCollector) collectStates(ctx context.Context, classes []v1alpha1.TofuNodeClass, unproven map[string]bool, live map[string]bool) error {
 	namespaces := map[string]bool{o.stateNamespace: true}
@@ -328,7 +330,10 @@ func (o *MachineCollector) collectStates(ctx context.Context, classes []v1alpha1
 			continue
 		}
 		list := &corev1.SecretList{}
-		if err := o.apiReader.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{labelTFState: "true", labelTFWorkspace: statelock.Workspace}); err != nil {
+		// Only the fulfiller's states: the backend's labels alone are on any OpenTofu state in
+		// the namespace; the claim's UID is what the fulfiller adds (the backend's labels).
+		if err := o.apiReader.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{labelTFState: "true", labelTFWorkspace: statelock.Workspace},
+			client.HasLabels{keys.LabelNodeClaimUID}); err != nil {
 			errs = append(errs, fmt.Errorf("listing states in %s: %w", ns, err))
 			continue
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 )
@@ -46,18 +47,29 @@ func (f *listedFamily) Delete(_ context.Context, _ family.Scope, m family.Machin
 	return nil
 }
 
+// stateSecret is a claim's state Secret as the kubernetes backend writes it for the
+// fulfiller: the backend's labels and the claim's UID (the backend's labels setting).
 func stateSecret(namespace, claim string, created time.Time) *corev1.Secret {
-	key, _ := statelock.KeyFor(claim)
+	s := foreignStateSecret(namespace, claim, created)
+	s.Labels[keys.LabelNodeClaimUID] = "uid-" + claim
+	return s
+}
+
+// foreignStateSecret is a state Secret another tool's OpenTofu wrote to the same namespace:
+// the backend's labels only.
+func foreignStateSecret(namespace, suffix string, created time.Time) *corev1.Secret {
+	key, _ := statelock.KeyFor(suffix)
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: key.SecretName(), CreationTimestamp: metav1.Time{Time: created},
-		Labels: map[string]string{labelTFState: "true", labelTFWorkspace: statelock.Workspace, labelTFStateSuffix: claim, "app.kubernetes.io/managed-by": "terraform"}}}
+		Labels: map[string]string{labelTFState: "true", labelTFWorkspace: statelock.Workspace, labelTFStateSuffix: suffix, "app.kubernetes.io/managed-by": "terraform"}}}
 }
 
 // TestMachineCollector: a listed machine is deleted, with an event naming it and the scope of
 // its class, only when it carries this cluster's label and a claim, is older than the grace
 // period, and its claim has no NodeClaim, Fulfillment or state; a state Secret is removed
 // when its Fulfillment is gone, it is old enough and no machine of its claim is listed, and
-// kept in a namespace where some class has no inventory; without a cluster name nothing is
-// touched.
+// kept in a namespace where some class has no inventory; a state without the fulfiller's
+// claim label (another tool's, in a shared namespace) is never removed (issue 25, defect 8);
+// without a cluster name nothing is touched.
 func TestMachineCollector(t *testing.T) {
 	now := time.Now()
 	old, young := now.Add(-time.Hour), now.Add(-time.Minute)
@@ -104,6 +116,7 @@ func TestMachineCollector(t *testing.T) {
 				stateSecret("states", "orphan-state", old), // no Fulfillment, no machine: removed
 				stateSecret("states", "young-state", young),
 				stateSecret("states", "has-fulfillment", old),
+				foreignStateSecret("states", "other-tool", old), // not the fulfiller's: kept
 			}
 			if tc.genericClass {
 				generic := test.TwoTypeClass()
@@ -134,7 +147,7 @@ func TestMachineCollector(t *testing.T) {
 					t.Errorf("event %s %q", e.Reason, e.Message)
 				}
 			}
-			for _, claim := range []string{"has-state", "orphan-state", "young-state", "has-fulfillment"} {
+			for _, claim := range []string{"has-state", "orphan-state", "young-state", "has-fulfillment", "other-tool"} {
 				key, _ := statelock.KeyFor(claim)
 				exists, err := statelock.Exists(context.Background(), kube, "states", key)
 				if err != nil {
