@@ -344,10 +344,9 @@ func (o *MachineCollector) collectStates(ctx context.Context, classes []v1alpha1
 			if err != nil || key.SecretName() != secret.Name || live[claim] || o.clock.Since(secret.CreationTimestamp.Time) < o.grace {
 				continue
 			}
-			err = o.apiReader.Get(ctx, client.ObjectKey{Name: claim}, &v1alpha1.Fulfillment{})
-			if !apierrors.IsNotFound(err) {
+			if gone, err := fulfillmentGone(ctx, o.kube, o.apiReader, claim); err != nil || !gone {
 				if err != nil {
-					errs = append(errs, fmt.Errorf("reading fulfillment %s: %w", claim, err))
+					errs = append(errs, err)
 				}
 				continue
 			}

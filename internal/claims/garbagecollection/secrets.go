@@ -40,8 +40,10 @@ type SecretCollector struct {
 
 // SecretOptions are what the SecretCollector is built from.
 type SecretOptions struct {
+	// Kube is the manager's cached client: live claims' Fulfillments are read from its cache.
 	Kube client.Client
-	// APIReader reads uncached: Secrets are not in the cache.
+	// APIReader reads uncached: Secrets are not in the cache, and a Fulfillment the cache
+	// does not know is confirmed gone through it.
 	APIReader client.Reader
 	Clock     clock.Clock
 	// Namespace holds the claims' user data.
@@ -92,10 +94,9 @@ func (o *SecretCollector) Collect(ctx context.Context) error {
 			if secret.Type != kind.typ || o.clock.Since(secret.CreationTimestamp.Time) < SecretGracePeriod {
 				continue
 			}
-			err := o.apiReader.Get(ctx, client.ObjectKey{Name: secret.Labels[keys.LabelNodeClaim]}, &v1alpha1.Fulfillment{})
-			if !apierrors.IsNotFound(err) {
+			if gone, err := fulfillmentGone(ctx, o.kube, o.apiReader, secret.Labels[keys.LabelNodeClaim]); err != nil || !gone {
 				if err != nil {
-					return fmt.Errorf("reading fulfillment: %w", err)
+					return err
 				}
 				continue
 			}
@@ -106,4 +107,27 @@ func (o *SecretCollector) Collect(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// fulfillmentGone reports whether a claim has no Fulfillment. A live claim is found in the
+// cache (each pass costs the API server nothing for it); only a claim the cache does not know
+// is read uncached, so that one whose Fulfillment the cache has not seen yet is not taken
+// for gone.
+func fulfillmentGone(ctx context.Context, cached, uncached client.Reader, claim string) (bool, error) {
+	key := client.ObjectKey{Name: claim}
+	err := cached.Get(ctx, key, &v1alpha1.Fulfillment{})
+	if err == nil {
+		return false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("reading fulfillment %s from the cache: %w", claim, err)
+	}
+	err = uncached.Get(ctx, key, &v1alpha1.Fulfillment{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading fulfillment %s: %w", claim, err)
+	}
+	return false, nil
 }
