@@ -74,7 +74,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		ProviderID:        s.F.Spec.ProviderID,
 		ProviderIDFrom:    classconfig.ProviderIDSource(s.NodeType, s.F.Spec.ProviderID),
 		Reservations:      classconfig.Reservations(s.NodeType),
-		Labels:            kubeletLabels(classconfig.NodeLabels(s.NodeType, s.F)),
+		Labels:            kubeletLabels(nodeLabels(s)),
 		Taints:            append([]corev1.Taint{karpv1.UnregisteredNoExecuteTaint}, gates.Taints(s.Class, s.NodeType)...),
 		CRISocket:         s.Class.Spec.Bootstrap.CRISocket,
 		KubeletExtraArgs:  kubeletArgs(s.Class, s.NodeType),
@@ -159,6 +159,26 @@ func userDataLimit(nt *v1alpha1.NodeType) int64 {
 		return 0
 	}
 	return nt.UserDataLimit.Value()
+}
+
+// nodeLabels are the labels the Node is born with: the node type's, and over them the
+// NodeClaim's own (its NodePool template's labels, the pool and class, the single values of
+// its requirements), which Karpenter would otherwise sync only after registration, too late
+// for an admission policy, a DaemonSet or a scheduler rule that selects on them. The labels
+// Karpenter sets to mark its own progress are left to Karpenter.
+func nodeLabels(s *claimState) map[string]string {
+	labels := classconfig.NodeLabels(s.NodeType, s.F)
+	if s.claim == nil {
+		return labels
+	}
+	for k, v := range s.claim.Labels {
+		switch k {
+		case karpv1.NodeRegisteredLabelKey, karpv1.NodeInitializedLabelKey:
+			continue
+		}
+		labels[k] = v
+	}
+	return labels
 }
 
 // kubeletLabels keeps the labels a kubelet may set on its own Node under NodeRestriction;

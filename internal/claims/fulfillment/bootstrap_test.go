@@ -204,6 +204,60 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 	}
 }
 
+// TestBootstrapNodeBornWithClaimLabels: the kubelet registers the Node with the NodeClaim's
+// labels (its NodePool template's and the pool's) over the type's, so nothing has to wait for
+// Karpenter to sync them; the labels NodeRestriction refuses, and Karpenter's own progress
+// labels, are left out.
+func TestBootstrapNodeBornWithClaimLabels(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	nc := test.TwoTypeClass()
+	nt := &nc.Spec.NodeTypes[0]
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(clusterCA(t)).Build()
+	stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", unavailable: cloudprovider.NewUnavailableOfferings(clk, time.Minute)}
+	f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
+		Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: "sim://claim"}}
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim", Labels: map[string]string{
+		karpv1.NodePoolLabelKey:         "general",
+		"example.com/team":              "payments",
+		corev1.LabelTopologyZone:        "a",
+		"node-role.kubernetes.io/infra": "",
+		karpv1.NodeRegisteredLabelKey:   "true",
+		karpv1.NodeInitializedLabelKey:  "true",
+	}}}
+	s := &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}, claim: claim}
+	s.Conds = f.StatusConditions(status.WithClock(clk))
+	if _, err := stage.reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	ud := &corev1.Secret{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: "fulfiller", Name: s.F.Status.UserDataSecret}, ud); err != nil {
+		t.Fatal(err)
+	}
+	jc, err := bootstrap.ParseUserData(ud.Data[classconfig.UserDataKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := jc.NodeRegistration.Arg("node-labels")
+	got := bootstrap.ParseNodeLabels(v)
+	for k, want := range map[string]string{
+		karpv1.NodePoolLabelKey:        "general",
+		"example.com/team":             "payments",
+		corev1.LabelTopologyZone:       "a",
+		corev1.LabelInstanceTypeStable: nt.Name,
+		karpv1.CapacityTypeLabelKey:    "on-demand",
+	} {
+		if got[k] != want {
+			t.Errorf("--node-labels %s=%q, want %q (all: %v)", k, got[k], want, got)
+		}
+	}
+	for _, k := range []string{"node-role.kubernetes.io/infra", karpv1.NodeRegisteredLabelKey, karpv1.NodeInitializedLabelKey} {
+		if _, ok := got[k]; ok {
+			t.Errorf("--node-labels carries %s: %v", k, got)
+		}
+	}
+}
+
 func TestKubeletLabels(t *testing.T) {
 	got := kubeletLabels(map[string]string{
 		corev1.LabelInstanceTypeStable: "small",
