@@ -147,6 +147,9 @@ func (d *finalizeStage) destroyed(ctx context.Context, s *claimState) (reconcile
 	if err := d.releasePool(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := d.removeNodes(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := revokeTokens(ctx, d.kube, s.F.Name); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -172,6 +175,34 @@ func (d *finalizeStage) releasePool(ctx context.Context, s *claimState) error {
 	}
 	if err := pool.Release(ctx, scope, family.PoolClaim{Name: s.F.Name, UID: s.F.Spec.NodeClaimUID, NodeType: s.F.Spec.NodeType}); err != nil {
 		return fmt.Errorf("releasing the claim's machine to the pool: %w", err)
+	}
+	return nil
+}
+
+// removeNodes deletes the Nodes of the destroyed machine, found by its provider ID, as a cloud
+// controller manager's node lifecycle controller deletes the Node of an instance that is gone
+// (no such controller runs for these families). Karpenter usually deleted the Node already,
+// before it called Delete; a claim Karpenter no longer maps to its machine (its garbage
+// collection, a Fulfillment deleted by hand) would otherwise leave a NotReady Node for the
+// orphan collector's window. Karpenter's finalizer on the Node still lets its termination
+// controller finish: it asks Get, which now answers that the machine is gone.
+func (d *finalizeStage) removeNodes(ctx context.Context, s *claimState) error {
+	providerID := s.F.Status.ProviderID
+	if providerID == "" {
+		return nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := d.kube.List(ctx, nodes, client.MatchingFields{nodeProviderIDField: providerID}); err != nil {
+		return fmt.Errorf("listing the nodes of the destroyed machine: %w", err)
+	}
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		if node.DeletionTimestamp != nil {
+			continue
+		}
+		if err := d.kube.Delete(ctx, node, client.Preconditions{UID: &node.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting node %s of the destroyed machine: %w", node.Name, err)
+		}
 	}
 	return nil
 }
