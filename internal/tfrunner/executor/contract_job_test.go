@@ -174,6 +174,7 @@ func TestJobExecutorContract(t *testing.T) {
 	})
 	t.Run("JobObjects", func(t *testing.T) { testJobObjects(t, c) })
 	t.Run("Credentials", func(t *testing.T) { testJobCredentials(t, c) })
+	t.Run("PodSettings", func(t *testing.T) { testJobPodSettings(t, c) })
 	t.Run("Deadline", func(t *testing.T) { testJobDeadline(t, c) })
 }
 
@@ -207,6 +208,65 @@ func testJobCredentials(t *testing.T, c *jobCluster) {
 	data, _ := json.Marshal(job)
 	if strings.Contains(string(data), token) || job.Labels[keys.LabelNodeClaim] != "creds" {
 		t.Errorf("job %s", data)
+	}
+}
+
+// testJobPodSettings runs an apply whose runner pod has every extra setting: the API server
+// takes the Job and its pod (the Priority admission resolves the priority class, the
+// restricted level still holds), the kubelet fills the extra volume, and the tofu
+// environment reaches the provisioners under its own names.
+func testJobPodSettings(t *testing.T, c *jobCluster) {
+	ctx := context.Background()
+	core := c.client.CoreV1()
+	if _, err := core.ConfigMaps(c.namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ca-bundle"},
+		Data: map[string]string{"ca.pem": "-----BEGIN CERTIFICATE-----\n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets(c.namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "backend-credentials"},
+		StringData: map[string]string{"ACCESS_KEY": "s3-access-key"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e := c.executor()
+	e.PriorityClassName = "system-cluster-critical"
+	e.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
+	e.PodLabels = map[string]string{"example.com/team": "platform"}
+	e.PodAnnotations = map[string]string{"example.com/cost-center": "42"}
+	e.TofuEnv = []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy.example:3128"},
+		{Name: "SSL_CERT_FILE", Value: "/etc/ssl/extra/ca.pem"}}
+	e.TofuEnvFrom = []corev1.EnvFromSource{{Prefix: "S3_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "backend-credentials"}}}}
+	e.Volumes = []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "ca-bundle"}}}}}
+	e.VolumeMounts = []corev1.VolumeMount{{Name: "ca", MountPath: "/etc/ssl/extra", ReadOnly: true}}
+	if err := e.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	record := t.TempDir()
+	req := nodeRequest(t, "settings-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"record_dir": record})
+	req.Labels = map[string]string{keys.LabelNodeClaim: "settings"}
+	if err := e.Start(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitDone(t, e, req.Name); st.Phase != RunSucceeded {
+		t.Fatalf("status: %+v %+v", st, st.Result)
+	}
+	env := testenv.ReadFile(t, filepath.Join(record, "env"))
+	for _, want := range []string{"HTTPS_PROXY=http://proxy.example:3128\n", "S3_ACCESS_KEY=s3-access-key\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("the provisioner's environment has no %q:\n%s", strings.TrimSpace(want), env)
+		}
+	}
+	pods, err := core.Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: jobNameLabel + "=" + req.Name})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods of %s: %d, %v", req.Name, len(pods.Items), err)
+	}
+	pod := pods.Items[0]
+	if pod.Spec.PriorityClassName != "system-cluster-critical" || pod.Spec.Priority == nil || *pod.Spec.Priority != 2000000000 {
+		t.Errorf("runner pod priority class %q, priority %v: want system-cluster-critical's 2000000000", pod.Spec.PriorityClassName, pod.Spec.Priority)
+	}
+	if pod.Labels["example.com/team"] != "platform" || pod.Annotations["example.com/cost-center"] != "42" || pod.Labels[keys.LabelNodeClaim] != "settings" {
+		t.Errorf("runner pod labels %v, annotations %v", pod.Labels, pod.Annotations)
+	}
+	if len(pod.Spec.ImagePullSecrets) != 1 || pod.Spec.ImagePullSecrets[0].Name != "registry" {
+		t.Errorf("runner pod image pull secrets %v", pod.Spec.ImagePullSecrets)
 	}
 }
 

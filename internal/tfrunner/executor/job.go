@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -17,8 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
 
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -97,6 +102,25 @@ type Job struct {
 	// as it under the restricted Pod Security level, and the request Secret is given to the
 	// group.
 	User int64
+	// PriorityClassName of runner pods (empty: none). A run is what adds capacity: above the
+	// workloads' priority, a runner pod that finds the static nodes full preempts a workload
+	// pod instead of waiting, so a full static pool does not stop all provisioning.
+	PriorityClassName string
+	// ImagePullSecrets of runner pods (Secrets in Namespace).
+	ImagePullSecrets []corev1.LocalObjectReference
+	// PodLabels and PodAnnotations are added to runner pods. The executor's own labels are not
+	// among them (Validate).
+	PodLabels      map[string]string
+	PodAnnotations map[string]string
+	// TofuEnv and TofuEnvFrom are environment variables of tofu and its providers in every
+	// run. In the runner container each name carries TofuEnvPrefix, which the runner strips,
+	// so they reach tofu as given while the runner passes none of its own environment on.
+	TofuEnv     []corev1.EnvVar
+	TofuEnvFrom []corev1.EnvFromSource
+	// Volumes are added to runner pods and VolumeMounts to the runner container (a CA
+	// bundle, SSH keys for module sources, a provider cache); a mount names one of Volumes.
+	Volumes      []corev1.Volume
+	VolumeMounts []corev1.VolumeMount
 
 	ownLimiter Limiter
 }
@@ -235,6 +259,33 @@ func (e *Job) job(req tfrunner.Request) *batchv1.Job {
 			LocalObjectReference: corev1.LocalObjectReference{Name: name},
 		}})
 	}
+	for _, from := range e.TofuEnvFrom {
+		from.Prefix = tfrunner.TofuEnvPrefix + from.Prefix
+		envFrom = append(envFrom, from)
+	}
+	env := append([]corev1.EnvVar{{Name: tfrunner.ServiceAccountDirEnv, Value: tfrunner.ServiceAccountDir}, {Name: "TMPDIR", Value: jobTmpDir}}, e.Env...)
+	for _, v := range e.TofuEnv {
+		v.Name = tfrunner.TofuEnvPrefix + v.Name
+		env = append(env, v)
+	}
+	// The executor's labels over the extra ones (Validate refuses extra ones of the same key).
+	podLabels := maps.Clone(e.PodLabels)
+	if podLabels == nil {
+		podLabels = map[string]string{}
+	}
+	maps.Copy(podLabels, lbls)
+	volumes := append([]corev1.Volume{
+		{Name: requestVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: req.Name, DefaultMode: ptr.To[int32](0o440),
+		}}},
+		{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}, e.Volumes...)
+	mounts := append([]corev1.VolumeMount{
+		{Name: requestVolume, MountPath: jobRequestDir, ReadOnly: true},
+		{Name: workVolume, MountPath: jobWorkDir},
+		{Name: tmpVolume, MountPath: jobTmpDir},
+	}, e.VolumeMounts...)
 	user := e.User
 	if user <= 0 {
 		user = DefaultRunnerUser
@@ -248,7 +299,7 @@ func (e *Job) job(req tfrunner.Request) *batchv1.Job {
 			ActiveDeadlineSeconds:   ptr.To(int64(e.deadline(req) / time.Second)),
 			TTLSecondsAfterFinished: ptr.To(int32(orDefault(e.TTLAfterFinished, DefaultTTLAfterFinished) / time.Second)),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(lbls)},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: maps.Clone(e.PodAnnotations)},
 				Spec: corev1.PodSpec{
 					// tofu records user@hostname as a lock's holder: the run's name, whole,
 					// where the pod's name is cut short for a long one (AttributeLock).
@@ -260,6 +311,8 @@ func (e *Job) job(req tfrunner.Request) *batchv1.Job {
 					NodeSelector:                  e.NodeSelector,
 					Tolerations:                   e.Tolerations,
 					Affinity:                      runnerAffinity,
+					PriorityClassName:             e.PriorityClassName,
+					ImagePullSecrets:              slices.Clone(e.ImagePullSecrets),
 					// The restricted Pod Security level: a non-root user, the runtime's
 					// seccomp profile, no capabilities, no privilege escalation; and a
 					// read-only root filesystem. fsGroup gives the request Secret's file to
@@ -281,33 +334,90 @@ func (e *Job) job(req tfrunner.Request) *batchv1.Job {
 							"--work-dir", jobWorkDir,
 							"--termination-log", tfrunner.TerminationLogPath,
 						},
-						Env:                      append([]corev1.EnvVar{{Name: tfrunner.ServiceAccountDirEnv, Value: tfrunner.ServiceAccountDir}, {Name: "TMPDIR", Value: jobTmpDir}}, e.Env...),
+						Env:                      env,
 						EnvFrom:                  envFrom,
 						Resources:                resources,
 						TerminationMessagePath:   tfrunner.TerminationLogPath,
 						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: requestVolume, MountPath: jobRequestDir, ReadOnly: true},
-							{Name: workVolume, MountPath: jobWorkDir},
-							{Name: tmpVolume, MountPath: jobTmpDir},
-						},
+						VolumeMounts:             mounts,
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
 							ReadOnlyRootFilesystem:   ptr.To(true),
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 						},
 					}},
-					Volumes: []corev1.Volume{
-						{Name: requestVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-							SecretName: req.Name, DefaultMode: ptr.To[int32](0o440),
-						}}},
-						{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					},
+					Volumes: volumes,
 				},
 			},
 		},
 	}
+}
+
+// Validate checks the runner pods' extra settings, so that a mistake stops the controller at
+// its start rather than failing every run: labels and annotations the API server takes and
+// none of the executor's own labels, volumes and mounts that do not clash with the runner's
+// own (request, work, tmp) or each other, and tofu environment variables that tofu may get.
+func (e *Job) Validate() error {
+	var errs []string
+	own := []string{keys.LabelNodeClaim, keys.LabelNodeClaimUID, keys.LabelOperation, keys.LabelManagedBy, "job-name", "controller-uid"}
+	for _, k := range slices.Sorted(maps.Keys(e.PodLabels)) {
+		switch {
+		case slices.Contains(own, k) || strings.HasPrefix(k, "batch.kubernetes.io/"):
+			errs = append(errs, fmt.Sprintf("pod label %s is the executor's own", k))
+		case len(validation.IsQualifiedName(k)) > 0:
+			errs = append(errs, fmt.Sprintf("pod label %q: %s", k, strings.Join(validation.IsQualifiedName(k), "; ")))
+		case len(validation.IsValidLabelValue(e.PodLabels[k])) > 0:
+			errs = append(errs, fmt.Sprintf("pod label %s=%q: %s", k, e.PodLabels[k], strings.Join(validation.IsValidLabelValue(e.PodLabels[k]), "; ")))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.PodAnnotations)) {
+		if msgs := validation.IsQualifiedName(strings.ToLower(k)); len(msgs) > 0 {
+			errs = append(errs, fmt.Sprintf("pod annotation %q: %s", k, strings.Join(msgs, "; ")))
+		}
+	}
+	volumes := map[string]bool{requestVolume: true, workVolume: true, tmpVolume: true}
+	extra := map[string]bool{}
+	for _, v := range e.Volumes {
+		switch {
+		case volumes[v.Name]:
+			errs = append(errs, fmt.Sprintf("volume %s: the name is taken (the runner's own are %s, %s and %s)", v.Name, requestVolume, workVolume, tmpVolume))
+		case len(validation.IsDNS1123Label(v.Name)) > 0:
+			errs = append(errs, fmt.Sprintf("volume %q: %s", v.Name, strings.Join(validation.IsDNS1123Label(v.Name), "; ")))
+		}
+		volumes[v.Name], extra[v.Name] = true, true
+	}
+	paths := map[string]bool{jobRequestDir: true, jobWorkDir: true, jobTmpDir: true, tfrunner.TerminationLogPath: true}
+	for _, m := range e.VolumeMounts {
+		switch {
+		case !extra[m.Name]:
+			errs = append(errs, fmt.Sprintf("volume mount %s names none of the extra volumes", m.Name))
+		case !strings.HasPrefix(m.MountPath, "/"):
+			errs = append(errs, fmt.Sprintf("volume mount %s: mount path %q is not absolute", m.Name, m.MountPath))
+		case paths[m.MountPath]:
+			errs = append(errs, fmt.Sprintf("volume mount %s: %s is taken (the runner uses %s, %s, %s and %s)", m.Name, m.MountPath, jobRequestDir, jobWorkDir, jobTmpDir, tfrunner.TerminationLogPath))
+		}
+		paths[m.MountPath] = true
+	}
+	names := map[string]string{}
+	for _, v := range e.TofuEnv {
+		if msgs := validation.IsEnvVarName(v.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Sprintf("tofu environment variable %q: %s", v.Name, strings.Join(msgs, "; ")))
+		}
+		names[v.Name] = ""
+	}
+	if bad := tfexec.ProhibitedEnv(names); len(bad) > 0 {
+		slices.Sort(bad)
+		errs = append(errs, fmt.Sprintf("tofu environment variables that terraform-exec sets itself for every command: %s", strings.Join(bad, ", ")))
+	}
+	for i, from := range e.TofuEnvFrom {
+		if (from.SecretRef == nil) == (from.ConfigMapRef == nil) {
+			errs = append(errs, fmt.Sprintf("tofu envFrom %d: name either a Secret or a ConfigMap", i))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("runner pod settings: %s", strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // resources are the runner container's (Resources, or the default).
