@@ -86,17 +86,13 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 		budgets = append(budgets, executor.MaxRuns(opts.MaxConcurrentRuns))
 	}
 	if opts.Executor == ExecutorJob {
-		jobs := &executor.Job{
-			Client:             kubernetes.NewForConfigOrDie(op.GetConfig()),
-			Namespace:          opts.Namespace,
-			Image:              opts.RunnerImage,
-			ImagePullPolicy:    corev1.PullPolicy(opts.RunnerImagePullPolicy),
-			ServiceAccountName: opts.RunnerServiceAccount,
-			Resources:          opts.RunnerResources,
-			TTLAfterFinished:   opts.RunnerTTL,
-			NodeSelector:       opts.RunnerNodeSelector,
-			Tolerations:        opts.RunnerTolerations,
-		}
+		jobs := opts.runnerPod() // checked when the options were parsed
+		jobs.Client = kubernetes.NewForConfigOrDie(op.GetConfig())
+		jobs.Namespace = opts.Namespace
+		jobs.Image = opts.RunnerImage
+		jobs.ImagePullPolicy = corev1.PullPolicy(opts.RunnerImagePullPolicy)
+		jobs.ServiceAccountName = opts.RunnerServiceAccount
+		jobs.TTLAfterFinished = opts.RunnerTTL
 		runners := &executor.ClusterRunners{Placement: jobs.Placement(), Observe: observeCluster(op.GetClient())}
 		jobs.Limiter = executor.NewLimiter(append(budgets, runners, executor.NewAPIBudgets(op.Clock, families.APIDemands))...)
 		logger.Info("runs limited by the cluster's capacity for runner pods", "maxConcurrentRuns", opts.MaxConcurrentRuns)

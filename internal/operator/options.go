@@ -20,6 +20,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 func init() {
@@ -70,13 +71,34 @@ type Options struct {
 	RetryBackoff time.Duration
 	// PoolKeeperInterval is how often the pools of finite families (Hetzner Robot) are looked after.
 	PoolKeeperInterval time.Duration
-	runnerResources    string
-	runnerNodeSelector string
-	runnerTolerations  string
-	RunnerResources    *corev1.ResourceRequirements
-	RunnerNodeSelector map[string]string
-	RunnerTolerations  []corev1.Toleration
+	// RunnerPriorityClass is the PriorityClass of runner pods (empty: none).
+	RunnerPriorityClass string
+	runnerResources     string
+	runnerNodeSelector  string
+	runnerTolerations   string
+	runnerPullSecrets   string
+	runnerPodLabels     string
+	runnerPodAnnots     string
+	runnerEnv           string
+	runnerEnvFrom       string
+	runnerVolumes       string
+	runnerVolumeMounts  string
+	RunnerResources     *corev1.ResourceRequirements
+	RunnerNodeSelector  map[string]string
+	RunnerTolerations   []corev1.Toleration
+	// The runner pods' extra settings (executor.Job's fields of the same names).
+	RunnerImagePullSecrets []corev1.LocalObjectReference
+	RunnerPodLabels        map[string]string
+	RunnerPodAnnotations   map[string]string
+	RunnerTofuEnv          []corev1.EnvVar
+	RunnerTofuEnvFrom      []corev1.EnvFromSource
+	RunnerVolumes          []corev1.Volume
+	RunnerVolumeMounts     []corev1.VolumeMount
 }
+
+// DefaultRunnerPriorityClass is the runner pods' PriorityClass unless one is set, as
+// Karpenter's chart gives its controller: provisioning must go on when the cluster is full.
+const DefaultRunnerPriorityClass = "system-cluster-critical"
 
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.ClusterName, "cluster-name", env.WithDefaultString("FULFILLER_CLUSTER_NAME", ""), "This cluster's name (required), labelled on every machine (fulfiller.sh/cluster); the orphan collector deletes only machines that carry it")
@@ -101,6 +123,14 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")
 	fs.StringVar(&o.runnerNodeSelector, "runner-node-selector", env.WithDefaultString("FULFILLER_RUNNER_NODE_SELECTOR", ""), "Node selector of runner pods, as a JSON map")
 	fs.StringVar(&o.runnerTolerations, "runner-tolerations", env.WithDefaultString("FULFILLER_RUNNER_TOLERATIONS", ""), "Tolerations of runner pods, as a JSON list")
+	fs.StringVar(&o.RunnerPriorityClass, "runner-priority-class", env.WithDefaultString("FULFILLER_RUNNER_PRIORITY_CLASS", DefaultRunnerPriorityClass), "PriorityClass of runner pods (empty: none)")
+	fs.StringVar(&o.runnerPullSecrets, "runner-image-pull-secrets", env.WithDefaultString("FULFILLER_RUNNER_IMAGE_PULL_SECRETS", ""), "Image pull Secrets of runner pods, as a JSON list of {\"name\": ...}")
+	fs.StringVar(&o.runnerPodLabels, "runner-pod-labels", env.WithDefaultString("FULFILLER_RUNNER_POD_LABELS", ""), "Extra labels of runner pods, as a JSON map")
+	fs.StringVar(&o.runnerPodAnnots, "runner-pod-annotations", env.WithDefaultString("FULFILLER_RUNNER_POD_ANNOTATIONS", ""), "Extra annotations of runner pods, as a JSON map")
+	fs.StringVar(&o.runnerEnv, "runner-env", env.WithDefaultString("FULFILLER_RUNNER_ENV", ""), "Environment variables of tofu and its providers in every run, as a JSON list of EnvVar")
+	fs.StringVar(&o.runnerEnvFrom, "runner-env-from", env.WithDefaultString("FULFILLER_RUNNER_ENV_FROM", ""), "Secrets and ConfigMaps whose keys become environment variables of tofu in every run, as a JSON list of EnvFromSource")
+	fs.StringVar(&o.runnerVolumes, "runner-volumes", env.WithDefaultString("FULFILLER_RUNNER_VOLUMES", ""), "Extra volumes of runner pods, as a JSON list of Volume")
+	fs.StringVar(&o.runnerVolumeMounts, "runner-volume-mounts", env.WithDefaultString("FULFILLER_RUNNER_VOLUME_MOUNTS", ""), "Mounts of the extra volumes in the runner container, as a JSON list of VolumeMount")
 }
 
 func (o *Options) Parse(fs *coreoptions.FlagSet, args ...string) error {
@@ -145,15 +175,46 @@ func (o *Options) validate() error {
 		{"runner-resources", o.runnerResources, &o.RunnerResources},
 		{"runner-node-selector", o.runnerNodeSelector, &o.RunnerNodeSelector},
 		{"runner-tolerations", o.runnerTolerations, &o.RunnerTolerations},
+		{"runner-image-pull-secrets", o.runnerPullSecrets, &o.RunnerImagePullSecrets},
+		{"runner-pod-labels", o.runnerPodLabels, &o.RunnerPodLabels},
+		{"runner-pod-annotations", o.runnerPodAnnots, &o.RunnerPodAnnotations},
+		{"runner-env", o.runnerEnv, &o.RunnerTofuEnv},
+		{"runner-env-from", o.runnerEnvFrom, &o.RunnerTofuEnvFrom},
+		{"runner-volumes", o.runnerVolumes, &o.RunnerVolumes},
+		{"runner-volume-mounts", o.runnerVolumeMounts, &o.RunnerVolumeMounts},
 	} {
 		if f.value == "" {
 			continue
 		}
-		if err := json.Unmarshal([]byte(f.value), f.into); err != nil {
+		// Strictly: a misspelt field of a volume or an env source is an error, not ignored.
+		dec := json.NewDecoder(strings.NewReader(f.value))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(f.into); err != nil {
 			return fmt.Errorf("parsing %s: %w", f.name, err)
 		}
 	}
+	if o.Executor == ExecutorJob {
+		return o.runnerPod().Validate()
+	}
 	return nil
+}
+
+// runnerPod is a Job executor with the options' runner pod settings and nothing else, which
+// Validate checks and newExecutor completes.
+func (o *Options) runnerPod() *executor.Job {
+	return &executor.Job{
+		PriorityClassName: o.RunnerPriorityClass,
+		ImagePullSecrets:  o.RunnerImagePullSecrets,
+		PodLabels:         o.RunnerPodLabels,
+		PodAnnotations:    o.RunnerPodAnnotations,
+		TofuEnv:           o.RunnerTofuEnv,
+		TofuEnvFrom:       o.RunnerTofuEnvFrom,
+		Volumes:           o.RunnerVolumes,
+		VolumeMounts:      o.RunnerVolumeMounts,
+		NodeSelector:      o.RunnerNodeSelector,
+		Tolerations:       o.RunnerTolerations,
+		Resources:         o.RunnerResources,
+	}
 }
 
 func (o *Options) ToContext(ctx context.Context) context.Context {

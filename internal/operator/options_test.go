@@ -24,6 +24,25 @@ func TestValidate(t *testing.T) {
 	if o.RunnerResources.Requests.Cpu().String() != "200m" || len(o.RunnerNodeSelector) != 1 || len(o.RunnerTolerations) != 1 {
 		t.Errorf("parsed %+v %v %v", o.RunnerResources, o.RunnerNodeSelector, o.RunnerTolerations)
 	}
+	// The runner pods' extra settings, as the chart renders them.
+	o = valid()
+	o.RunnerPriorityClass = DefaultRunnerPriorityClass
+	o.runnerPullSecrets = `[{"name":"registry"}]`
+	o.runnerPodLabels = `{"example.com/team":"platform"}`
+	o.runnerPodAnnots = `{"sidecar.istio.io/inject":"false"}`
+	o.runnerEnv = `[{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]`
+	o.runnerEnvFrom = `[{"secretRef":{"name":"s3"}}]`
+	o.runnerVolumes = `[{"name":"ca","configMap":{"name":"ca-bundle"}}]`
+	o.runnerVolumeMounts = `[{"name":"ca","mountPath":"/etc/ssl/extra","readOnly":true}]`
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	pod := o.runnerPod()
+	if pod.PriorityClassName != DefaultRunnerPriorityClass || pod.ImagePullSecrets[0].Name != "registry" || pod.PodLabels["example.com/team"] != "platform" ||
+		pod.PodAnnotations["sidecar.istio.io/inject"] != "false" || pod.TofuEnv[0].Value != "http://proxy:3128" || pod.TofuEnvFrom[0].SecretRef.Name != "s3" ||
+		pod.Volumes[0].ConfigMap.Name != "ca-bundle" || !pod.VolumeMounts[0].ReadOnly {
+		t.Errorf("runner pod settings %+v", pod)
+	}
 	for _, tc := range []struct {
 		name, want string
 		change     func(*Options)
@@ -38,6 +57,10 @@ func TestValidate(t *testing.T) {
 		{"no cluster name", "--cluster-name (FULFILLER_CLUSTER_NAME) is required", func(o *Options) { o.ClusterName = "" }},
 		{"bad cluster name", "is no label value", func(o *Options) { o.ClusterName = "prod eu" }},
 		{"short grace", "under a minute", func(o *Options) { o.OrphanGrace = time.Second }},
+		{"a mount for a volume", `parsing runner-volumes: json: unknown field "mountPath"`, func(o *Options) { o.runnerVolumes = `[{"name":"ca","mountPath":"/etc/ca"}]` }},
+		{"runner's own label", "pod label karpenter.sh/nodeclaim is the executor's own", func(o *Options) { o.runnerPodLabels = `{"karpenter.sh/nodeclaim":"x"}` }},
+		{"mount of no volume", "volume mount ca names none of the extra volumes", func(o *Options) { o.runnerVolumeMounts = `[{"name":"ca","mountPath":"/etc/ca"}]` }},
+		{"terraform-exec's variable", "TF_LOG", func(o *Options) { o.runnerEnv = `[{"name":"TF_LOG","value":"debug"}]` }},
 	} {
 		o := valid()
 		tc.change(o)
