@@ -9,15 +9,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/samber/lo"
+	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
 	"sigs.k8s.io/karpenter/pkg/controllers"
 	"sigs.k8s.io/karpenter/pkg/controllers/node/health"
@@ -38,6 +41,12 @@ import (
 func Run(families family.Registry) {
 	ctx, op := operator.NewOperator()
 	opts := FromContext(ctx)
+	// The embedded Karpenter core works only with its own version's CRDs.
+	crds := apiextensionsclient.NewForConfigOrDie(op.GetConfig()).ApiextensionsV1().CustomResourceDefinitions()
+	if err := CheckKarpenterCRDs(ctx, crds, karpenterapis.CRDs, KarpenterCoreVersion()); err != nil {
+		log.FromContext(ctx).Error(err, "refusing to start")
+		os.Exit(1)
+	}
 	if opts.EncryptionSecret != "" {
 		lo.Must0(ensurePassphrase(ctx, kubernetes.NewForConfigOrDie(op.GetConfig()), opts))
 	}
