@@ -82,6 +82,13 @@ type Inventory interface {
 	Delete(ctx context.Context, s Scope, m Machine) error
 }
 
+// InventoryAccount (optional, beside Inventory) names the account a scope's List reaches
+// (a Hetzner Cloud project: its endpoint and token), without any secret in the name: the
+// orphan collector lists each account once per pass for all the classes that reach it.
+type InventoryAccount interface {
+	InventoryAccount(s Scope) string
+}
+
 // Machine is one machine of a family's inventory.
 type Machine struct {
 	// ID is the family's own ID (a server number, a VM's namespace/name); Name is what people

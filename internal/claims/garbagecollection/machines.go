@@ -162,6 +162,8 @@ func (o *MachineCollector) Collect(ctx context.Context) error {
 	for i := range classes.Items {
 		names[classes.Items[i].Name] = true
 	}
+	// Classes that reach the same account (family.InventoryAccount) share its one listing.
+	accounts, accountErrs, accountListed := map[string][]family.Machine{}, map[string]error{}, map[string]bool{}
 	for i := range classes.Items {
 		nc := &classes.Items[i]
 		ns := o.classStateNamespace(nc)
@@ -178,7 +180,17 @@ func (o *MachineCollector) Collect(ctx context.Context) error {
 			continue
 		}
 		scope := family.Scope{Class: nc, Env: env, Cluster: o.cluster}
-		machines, err := inv.List(ctx, scope)
+		var account string
+		if a, ok := f.(family.InventoryAccount); ok {
+			account = f.Name() + "/" + a.InventoryAccount(scope)
+		}
+		machines, err, done := accounts[account], accountErrs[account], account != "" && accountListed[account]
+		if !done {
+			machines, err = inv.List(ctx, scope)
+			if account != "" {
+				accounts[account], accountErrs[account], accountListed[account] = machines, err, true
+			}
+		}
 		if err != nil {
 			unproven[ns] = true
 			errs = append(errs, fmt.Errorf("listing the machines of nodeclass %s: %w", nc.Name, err))

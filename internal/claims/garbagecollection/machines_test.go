@@ -5,6 +5,7 @@ package garbagecollection
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -228,4 +230,54 @@ func TestMachineCollectorDeletesOrphansNodes(t *testing.T) {
 	// After the watch, a Node of that provider ID is no longer the collector's.
 	clk.Step(orphanNodeWatch)
 	collect("orphan", "other")
+}
+
+// accountFamily is a listedFamily whose inventory names the account a scope lists: its
+// token.
+type accountFamily struct{ *listedFamily }
+
+func (accountFamily) InventoryAccount(s family.Scope) string { return s.Env["TOKEN"] }
+
+// TestMachineCollectorListsEachAccountOnce (issue 25, defect 7): classes whose credentials
+// reach the same account (a Hetzner Cloud project) share one listing per pass, where each
+// class listed every server of the cluster again; a class with other credentials is listed
+// on its own.
+func TestMachineCollectorListsEachAccountOnce(t *testing.T) {
+	now := time.Now()
+	fam := &listedFamily{name: "listed", machines: []family.Machine{
+		{ID: "id-1", Name: "m1", Cluster: "prod-eu", Claim: "live", Class: "a", Created: now.Add(-time.Hour)},
+	}}
+	registry, err := family.NewRegistry(accountFamily{fam})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "project-1", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}}, Data: map[string][]byte{"TOKEN": []byte("one")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fulfiller", Name: "project-2", Labels: map[string]string{v1alpha1.LabelCredentials: "true"}}, Data: map[string][]byte{"TOKEN": []byte("two")}},
+		&karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "live"}},
+	}
+	for i, secret := range []string{"project-1", "project-1", "project-1", "project-2"} {
+		nc := test.TwoTypeClass()
+		nc.Name, nc.UID = fmt.Sprintf("class-%d", i), types.UID(fmt.Sprintf("u%d", i))
+		nc.Spec.Family = "listed"
+		nc.Spec.Credentials = []v1alpha1.CredentialsSource{{SecretName: secret}}
+		objects = append(objects, nc)
+	}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objects...).Build()
+	o := NewMachineCollector(MachineOptions{Kube: kube, APIReader: kube, Clock: clocktesting.NewFakeClock(now), Recorder: &test.Recorder{},
+		Families: registry, Cluster: "prod-eu", Namespace: "fulfiller", StateNamespace: "states", Grace: 10 * time.Minute, Interval: time.Minute})
+	if err := o.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var tokens []string
+	for _, s := range fam.scopes {
+		tokens = append(tokens, s.Env["TOKEN"])
+	}
+	slices.Sort(tokens)
+	if !slices.Equal(tokens, []string{"one", "two"}) {
+		t.Errorf("listed with tokens %v, want each project once", tokens)
+	}
+	if len(fam.deleted) != 0 {
+		t.Errorf("deleted %v", fam.deleted)
+	}
 }

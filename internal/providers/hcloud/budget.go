@@ -39,11 +39,17 @@ func (*Family) APIDemands(req tfrunner.Request) []executor.APIDemand {
 	if req.Operation == tfrunner.Destroy {
 		requests = DestroyRequests
 	}
-	sum := sha256.Sum256([]byte(req.Env[EnvEndpoint] + "\x00" + req.Env[EnvToken]))
 	return []executor.APIDemand{{
-		Budget:   "the Hetzner Cloud project of token " + hex.EncodeToString(sum[:4]),
+		Budget:   projectName(req.Env),
 		Limit:    ProjectRequestsPerHour,
 		Per:      time.Hour,
 		Requests: requests,
 	}}
+}
+
+// projectName names the Hetzner Cloud project that env's token (and endpoint) reaches with a
+// hash of them, never the token.
+func projectName(env map[string]string) string {
+	sum := sha256.Sum256([]byte(env[EnvEndpoint] + "\x00" + env[EnvToken]))
+	return "the Hetzner Cloud project of token " + hex.EncodeToString(sum[:4])
 }
