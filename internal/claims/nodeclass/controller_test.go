@@ -57,6 +57,15 @@ variable "user_data" {
 output "provider_id" { value = "sim://${var.node_name}" }
 `})
 	noOutput := writeModule(t, map[string]string{"main.tf": `variable "node_name" { type = string }`})
+	withBackend := writeModule(t, map[string]string{"main.tf": `output "provider_id" { value = "sim://x" }`, "versions.tf": `
+terraform {
+  backend "kubernetes" {}
+}
+`})
+	requiresImage := writeModule(t, map[string]string{"main.tf": `output "provider_id" { value = "sim://x" }
+
+variable "image" { type = string }
+`})
 	for _, tc := range []struct {
 		name, module, reason string
 		message              string // in Ready's message
@@ -68,7 +77,9 @@ output "provider_id" { value = "sim://${var.node_name}" }
 	}{
 		{name: "valid", module: good, ready: true, reason: "Ready"},
 		{name: "module folder missing", module: "/nonexistent/module", reason: v1alpha1.ReasonModuleNotFound},
-		{name: "module breaks the contract", module: noOutput, reason: v1alpha1.ReasonInvalidModule},
+		{name: "module breaks the contract", module: noOutput, reason: v1alpha1.ReasonInvalidModule, message: "no output provider_id"},
+		{name: "module keeps a backend block", module: withBackend, reason: v1alpha1.ReasonInvalidModule, message: `versions.tf:3: the module keeps a backend "kubernetes" block`},
+		{name: "module requires a variable not passed", module: requiresImage, reason: v1alpha1.ReasonInvalidModule, message: `main.tf:3: variable "image" is required`},
 		{name: "cluster refuses joins", module: good, reason: v1alpha1.ReasonBootstrapRBACMissing,
 			preflight: &preflight.Failure{Reason: v1alpha1.ReasonBootstrapRBACMissing, Message: "no CSRs"}},
 		{name: "spec invalid", module: good, reason: v1alpha1.ReasonInvalidSpec, mutate: func(nc *v1alpha1.TofuNodeClass) {
