@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package cli dispatches the subcommands of the project's two binaries: cmd/fulfiller, what
-// the image ships (controller, run, version), and cmd/fulfiller-dev, the development binary
+// the image ships (controller, run, module, robot, version), and cmd/fulfiller-dev, the development binary
 // (the same commands plus the local environment and the simulated machine). It holds no
 // command's logic, and imports nothing a controller binary must not link.
 package cli
@@ -29,7 +29,7 @@ type Command struct {
 }
 
 // Main runs the command that os.Args[1] names and exits with its code. The commands are
-// controller, run, robot, then extra, then version; binary names the program in usage
+// controller, run, module, robot, then extra, then version; binary names the program in usage
 // messages. families are the node-type families the binary knows: the controller uses them,
 // and the runner classifies failures with their error rules.
 func Main(binary, version string, families family.Registry, extra ...Command) {
@@ -44,6 +44,9 @@ func commands(binaryVersion string, families family.Registry, extra []Command) [
 		}},
 		{Name: "run", Summary: "run one tofu operation for one claim (the runner)", Run: func(args []string) int {
 			return tfrunner.Main(args, families.Rules())
+		}},
+		{Name: "module", Summary: "check a node-type module against the module contract (module check DIR)", Run: func(args []string) int {
+			return tfrunner.ModuleMain(args, os.Stdout, os.Stderr)
 		}},
 		{Name: "robot", Summary: "activate, release or probe a leased Hetzner Robot server (modules/hetzner-robot)", Run: robot.Main},
 	}
