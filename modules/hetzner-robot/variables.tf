@@ -1,4 +1,4 @@
-# The fulfiller's module contract (DESIGN.md §4): these inputs come from the variables file
+# The fulfiller's module contract (modules/README.md): these inputs come from the variables file
 # the runner writes for each claim.
 
 variable "node_name" {
