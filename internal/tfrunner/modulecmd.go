@@ -32,7 +32,7 @@ func ModuleMain(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	dir := fs.Arg(0)
+	dir := filepath.Clean(fs.Arg(0))
 	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
 		fmt.Fprintf(stderr, "fulfiller module check: %s is not a folder (only a local module folder can be checked)\n", dir)
 		return 2
