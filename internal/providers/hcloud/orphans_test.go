@@ -25,6 +25,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 )
@@ -112,7 +113,8 @@ func TestOrphanCollection(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := kube.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: states, Name: key.SecretName(),
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "terraform", "tfstate": "true", "tfstateSecretSuffix": claim, "tfstateWorkspace": "default"}},
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "terraform", "tfstate": "true", "tfstateSecretSuffix": claim, "tfstateWorkspace": "default",
+				keys.LabelNodeClaimUID: "uid-" + claim}},
 			Data: map[string][]byte{"tfstate": []byte("{}")}}); err != nil {
 			t.Fatal(err)
 		}
