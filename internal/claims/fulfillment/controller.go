@@ -130,6 +130,14 @@ type claimState struct {
 	tokenExpires time.Time
 }
 
+// classFamily is the family of the claim's class, "" for a generic class or one that is gone.
+func classFamily(s *claimState) string {
+	if s.Class == nil {
+		return ""
+	}
+	return s.Class.Spec.Family
+}
+
 type stage interface {
 	reconcile(ctx context.Context, s *claimState) (reconcile.Result, error)
 }
@@ -228,6 +236,9 @@ func (c *Controller) finish(ctx context.Context, s *claimState, orig *v1alpha1.F
 			errs = append(errs, fmt.Errorf("writing status: %w", err))
 		default:
 			c.recorder.Publish(classconfig.ShortenEvents(s.Events)...)
+			for _, o := range observeChanges(orig, s.F, classFamily(s)) {
+				o.record()
+			}
 			for _, fn := range s.afterWrite {
 				fn()
 			}

@@ -102,7 +102,7 @@ func (g *gateStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 func (g *gateStage) apply(s *claimState, cond string, d gates.Decision, policy v1alpha1.GatePolicy, now time.Time, waited time.Duration) {
 	before := s.Conds.Get(cond)
 	kind := gateKindOf(cond)
-	nodeType := s.NodeType.Name
+	labels := claimLabels(s.F, classFamily(s))
 	switch d.Status {
 	case metav1.ConditionTrue:
 		if before != nil && before.IsTrue() {
@@ -112,7 +112,7 @@ func (g *gateStage) apply(s *claimState, cond string, d gates.Decision, policy v
 		opened := metav1.NewTime(now)
 		setGateStage(&s.F.Status.Stages, cond, &opened)
 		s.Events = append(s.Events, gateOpenedEvent(s.F, cond, d.Message))
-		s.afterWrite = append(s.afterWrite, func() { gateDuration.WithLabelValues(kind, nodeType).Observe(waited.Seconds()) })
+		s.afterWrite = append(s.afterWrite, func() { gateDuration.With(with(labels, "gate", kind)).Observe(waited.Seconds()) })
 	case metav1.ConditionUnknown:
 		s.Conds.SetUnknownWithReason(cond, d.Reason, d.Message)
 	case metav1.ConditionFalse:
@@ -121,7 +121,7 @@ func (g *gateStage) apply(s *claimState, cond string, d gates.Decision, policy v
 			if s.claim != nil {
 				s.Events = append(s.Events, gateTimeoutEvent(s.claim, d.Reason, d.Message, policy))
 			}
-			s.afterWrite = append(s.afterWrite, func() { gateTimeouts.WithLabelValues(kind, nodeType, string(policy)).Inc() })
+			s.afterWrite = append(s.afterWrite, func() { gateTimeouts.With(with(labels, "gate", kind, "policy", string(policy))).Inc() })
 		}
 		s.Conds.SetFalse(cond, d.Reason, d.Message)
 		if policy == v1alpha1.GatePolicyReplace {

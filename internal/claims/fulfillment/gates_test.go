@@ -53,7 +53,7 @@ func TestGateStagePolicies(t *testing.T) {
 			s.Conds.SetTrue(v1alpha1.ConditionApplied)
 			s.Conds.SetTrue(v1alpha1.ConditionJoined)
 			stage := &gateStage{kube: kube, clock: clk}
-			counter := gateTimeouts.WithLabelValues(gates.KindGPU, "gpu", string(policy))
+			counter := gateTimeouts.With(with(claimLabels(f, nc.Spec.Family), "gate", gates.KindGPU, "policy", string(policy)))
 			before := testutil.ToFloat64(counter)
 			reconcileGates := func() {
 				t.Helper()
