@@ -18,6 +18,7 @@ import (
 // +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.zone`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Price",type=string,JSONPath=`.spec.price`
 // +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.status.providerID`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`,priority=1
 // +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.status.currentRun`

@@ -264,12 +264,13 @@ func readyFulfillment(t *testing.T, ctx context.Context, nodeType string) *v1alp
 // one gate, node type and policy.
 func gateTimeouts(t *testing.T, gate, nodeType, policy string) float64 {
 	t.Helper()
-	return metricValue(t, "fulfiller_readiness_gate_timeouts_total", fmt.Sprintf(`gate=%q,node_type=%q,policy=%q`, gate, nodeType, policy))
+	return metricValue(t, "fulfiller_readiness_gate_timeouts_total", fmt.Sprintf(`gate=%q,instance_type=%q`, gate, nodeType), fmt.Sprintf(`policy=%q`, policy))
 }
 
 // metricValue scrapes the controller's metrics endpoint for a metric's value on the series
-// whose labels contain labels (in the exposition's order: sorted by name); 0 if it has none.
-func metricValue(t *testing.T, name, labels string) float64 {
+// whose labels contain each of labels (in the exposition's order: sorted by name); 0 if it
+// has none.
+func metricValue(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	port, err := os.ReadFile(devenv.Layout{Dir: env.dir}.MetricsPortFile())
 	if err != nil {
@@ -284,7 +285,7 @@ func metricValue(t *testing.T, name, labels string) float64 {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
+		if !strings.HasPrefix(line, name+"{") || !containsAll(line, labels) {
 			continue
 		}
 		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
@@ -297,4 +298,13 @@ func metricValue(t *testing.T, name, labels string) float64 {
 		t.Fatal(err)
 	}
 	return 0
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

@@ -94,6 +94,9 @@ func NewController(o Options) *Controller {
 		RunEnv: o.RunEnv, RetryBackoff: o.RetryBackoff, DestroyDeadline: o.DestroyDeadline, ClusterName: o.ClusterName})
 	apply := applyRuns(runs, o.Clock, o.MaxApplyAttempts)
 	c := &Controller{kube: o.Kube, clock: o.Clock, recorder: o.Recorder, runs: runs}
+	if o.Kube != nil {
+		claimInventory.source.Store(&inventorySource{kube: o.Kube, clock: o.Clock})
+	}
 	c.stages = []stage{
 		&bootstrapStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock, unavailable: o.Unavailable, namespace: o.Namespace},
 		&tokenStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock},
