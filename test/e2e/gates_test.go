@@ -4,14 +4,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -267,37 +264,13 @@ func gateTimeouts(t *testing.T, gate, nodeType, policy string) float64 {
 	return metricValue(t, "fulfiller_readiness_gate_timeouts_total", fmt.Sprintf(`gate=%q,instance_type=%q`, gate, nodeType), fmt.Sprintf(`policy=%q`, policy))
 }
 
-// metricValue scrapes the controller's metrics endpoint for a metric's value on the series
+// metricValue scrapes the controller's metrics endpoint for the sum of a metric's series
 // whose labels contain each of labels (in the exposition's order: sorted by name); 0 if it
 // has none.
 func metricValue(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	port, err := os.ReadFile(devenv.Layout{Dir: env.dir}.MetricsPortFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%s/metrics", strings.TrimSpace(string(port))))
-	if err != nil {
-		t.Fatalf("scraping metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !containsAll(line, labels) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		return v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return 0
+	v, _ := sumOf(scrape(t), name, labels...)
+	return v
 }
 
 func containsAll(s string, parts []string) bool {

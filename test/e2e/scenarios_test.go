@@ -125,6 +125,7 @@ func TestScaleUpAndDown(t *testing.T) {
 	if strings.Count(out, v1alpha1.PhaseReady) < len(ffs) {
 		t.Errorf("kubectl get fulfillments does not show every claim Ready:\n%s", out)
 	}
+	assertBurstMetrics(t, ffs)
 
 	scale(t, ctx, "basic", 0)
 	eventually(t, ctx, 4*time.Minute, "consolidation to destroy every node and remove its state", func(ctx context.Context) (bool, error) {
@@ -132,6 +133,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		return ok, err
 	})
 	assertNoMachines(t)
+	assertDestroyMetrics(t, "e2e-basic", len(ffs))
 	eventually(t, ctx, 2*time.Minute, "the orphaned token to be collected", func(ctx context.Context) (bool, error) {
 		_, err := cs.CoreV1().Secrets("kube-system").Get(ctx, orphan, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
