@@ -111,7 +111,7 @@ func assertBurstMetrics(t *testing.T, ffs []v1alpha1.Fulfillment) {
 			t.Errorf("%s{%s %s} = %v, want %v", c.metric, inClass, strings.Join(c.labels, " "), got, c.want)
 		}
 	}
-	if _, n := sumOf(m, "fulfiller_nodeclaims", inClass, `nodepool="`+ffs[0].Spec.NodePool+`"`, `instance_type="`, `capacity_type="`, `zone="`, `family=""`); n == 0 {
+	if _, n := sumOf(m, "fulfiller_nodeclaims", inClass, `nodepool="`+ffs[0].Spec.NodePool+`"`, `instance_type="`, `capacity_type="`, `zone="`, fmt.Sprintf(`family=%q`, v1alpha1.FamilySim)); n == 0 {
 		t.Errorf("fulfiller_nodeclaims has no series with the claim labels of NodePool %s", ffs[0].Spec.NodePool)
 	}
 	karpenter, n := sumOf(m, "karpenter_nodepools_cost_total", fmt.Sprintf(`nodepool=%q`, ffs[0].Spec.NodePool))
