@@ -16,6 +16,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/operator"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/rules"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
@@ -30,8 +31,8 @@ type Command struct {
 
 // Main runs the command that os.Args[1] names and exits with its code. The commands are
 // controller, run, module, robot, then extra, then version; binary names the program in usage
-// messages. families are the node-type families the binary knows: the controller uses them,
-// and the runner classifies failures with their error rules.
+// messages. families are the node-type families the binary knows, for the controller; the
+// runner classifies failures with their error rules (internal/providers/rules).
 func Main(binary, version string, families family.Registry, extra ...Command) {
 	os.Exit(dispatch(binary, commands(version, families, extra), os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -43,7 +44,7 @@ func commands(binaryVersion string, families family.Registry, extra []Command) [
 			return controller(args, families)
 		}},
 		{Name: "run", Summary: "run one tofu operation for one claim (the runner)", Run: func(args []string) int {
-			return tfrunner.Main(args, families.Rules())
+			return tfrunner.Main(args, rules.Set())
 		}},
 		{Name: "module", Summary: "check a node-type module against the module contract (module check DIR)", Run: func(args []string) int {
 			return tfrunner.ModuleMain(args, os.Stdout, os.Stderr)

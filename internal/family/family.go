@@ -74,19 +74,19 @@ type CatalogType struct {
 	Deprecated bool
 }
 
-// Inventory (optional) lists the machines the family can prove are this cluster's, by the
+// Machines (optional) lists the machines the family can prove are this cluster's, by the
 // labels the module sets on them (keys.LabelCluster, the claim, the class). A machine it
 // cannot attribute is never returned: the orphan collector deletes only what List returns.
-type Inventory interface {
+type Machines interface {
 	List(ctx context.Context, s Scope) ([]Machine, error)
 	Delete(ctx context.Context, s Scope, m Machine) error
 }
 
-// InventoryAccount (optional, beside Inventory) names the account a scope's List reaches
+// MachinesAccount (optional, beside Machines) names the account a scope's List reaches
 // (a Hetzner Cloud project: its endpoint and token), without any secret in the name: the
 // orphan collector lists each account once per pass for all the classes that reach it.
-type InventoryAccount interface {
-	InventoryAccount(s Scope) string
+type MachinesAccount interface {
+	MachinesAccount(s Scope) string
 }
 
 // Machine is one machine of a family's inventory.
@@ -154,12 +154,6 @@ type Check struct {
 	Run func(ctx context.Context, s Scope) error
 }
 
-// ErrorRules (optional) are the family's error rules: its cloud's codes and its provider's
-// phrases, which the runner uses to classify failed runs of the family's classes.
-type ErrorRules interface {
-	ErrorRules() tfrunner.Rules
-}
-
 // APIBudgets (optional) are the API request limits the family's cloud enforces, shared by
 // every run with the same credentials: what one run of req takes from which budget (an
 // estimate, e.g. a Hetzner Cloud project's 3600 requests per hour, or a Robot endpoint's).
@@ -223,17 +217,6 @@ func (r Registry) Names() []string {
 		out = append(out, name)
 	}
 	sort.Strings(out)
-	return out
-}
-
-// Rules are the error rules of every registered family that has them, for the runner.
-func (r Registry) Rules() tfrunner.RuleSet {
-	out := tfrunner.RuleSet{}
-	for name, f := range r {
-		if er, ok := f.(ErrorRules); ok {
-			out[name] = er.ErrorRules()
-		}
-	}
 	return out
 }
 

@@ -93,7 +93,7 @@ func TestRobotPool(t *testing.T) {
 		},
 	}
 	create(t, ctx, nc)
-	inv := statelock.Inventory{Reader: env.kube, Writer: env.kube, Namespace: devenv.StateNamespace, Pool: robot.InventoryPool}
+	inv := statelock.LeasePool{Reader: env.kube, Writer: env.kube, Namespace: devenv.StateNamespace, Pool: robot.InventoryPool}
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = env.kube.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy}})

@@ -57,7 +57,7 @@ func init() { crmetrics.Registry.MustRegister(orphansDeleted) }
 
 // MachineCollector deletes machines that outlived their claims, and states that outlived
 // their Fulfillments and machines. It deletes a machine only when the machine's family lists
-// it (family.Inventory: it carries the labels the module sets), it carries this cluster's
+// it (family.Machines: it carries the labels the module sets), it carries this cluster's
 // label, it names a claim that has no NodeClaim, no Fulfillment and no state, and it is older
 // than the grace period. It deletes a kubernetes-backend state Secret only when it carries
 // the claim UID label the fulfiller gives its states (another tool's are never touched), its
@@ -138,7 +138,7 @@ func (o *MachineCollector) Register(_ context.Context, m manager.Manager) error 
 type inventoried struct {
 	class    *v1alpha1.TofuNodeClass
 	family   family.Family
-	inv      family.Inventory
+	inv      family.Machines
 	scope    family.Scope
 	machines []family.Machine
 }
@@ -162,13 +162,13 @@ func (o *MachineCollector) Collect(ctx context.Context) error {
 	for i := range classes.Items {
 		names[classes.Items[i].Name] = true
 	}
-	// Classes that reach the same account (family.InventoryAccount) share its one listing.
+	// Classes that reach the same account (family.MachinesAccount) share its one listing.
 	accounts, accountErrs, accountListed := map[string][]family.Machine{}, map[string]error{}, map[string]bool{}
 	for i := range classes.Items {
 		nc := &classes.Items[i]
 		ns := o.classStateNamespace(nc)
 		f, ok := classconfig.Family(o.families, nc)
-		inv, hasInventory := f.(family.Inventory)
+		inv, hasInventory := f.(family.Machines)
 		if !ok || !hasInventory {
 			unproven[ns] = true
 			continue
@@ -181,8 +181,8 @@ func (o *MachineCollector) Collect(ctx context.Context) error {
 		}
 		scope := family.Scope{Class: nc, Env: env, Cluster: o.cluster}
 		var account string
-		if a, ok := f.(family.InventoryAccount); ok {
-			account = f.Name() + "/" + a.InventoryAccount(scope)
+		if a, ok := f.(family.MachinesAccount); ok {
+			account = f.Name() + "/" + a.MachinesAccount(scope)
 		}
 		machines, err, done := accounts[account], accountErrs[account], account != "" && accountListed[account]
 		if !done {

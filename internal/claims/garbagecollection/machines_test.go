@@ -236,7 +236,7 @@ func TestMachineCollectorDeletesOrphansNodes(t *testing.T) {
 // token.
 type accountFamily struct{ *listedFamily }
 
-func (accountFamily) InventoryAccount(s family.Scope) string { return s.Env["TOKEN"] }
+func (accountFamily) MachinesAccount(s family.Scope) string { return s.Env["TOKEN"] }
 
 // TestMachineCollectorListsEachAccountOnce (issue 25, defect 7): classes whose credentials
 // reach the same account (a Hetzner Cloud project) share one listing per pass, where each

@@ -167,9 +167,6 @@ func TestRegistry(t *testing.T) {
 	if _, ok := r.Get(""); ok {
 		t.Error("the generic family is a registered one")
 	}
-	if len(r.Rules()) != 0 {
-		t.Errorf("rules of families without ErrorRules: %v", r.Rules())
-	}
 }
 
 // TestNodeClassHcloudCredentials: a class of the Hetzner Cloud family is not Ready, with

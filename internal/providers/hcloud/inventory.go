@@ -87,11 +87,11 @@ func (f *Family) Delete(ctx context.Context, s family.Scope, m family.Machine) e
 	return nil
 }
 
-var _ family.InventoryAccount = (*Family)(nil)
+var _ family.MachinesAccount = (*Family)(nil)
 
-// InventoryAccount implements family.InventoryAccount: the project of the scope's token and
+// MachinesAccount implements family.MachinesAccount: the project of the scope's token and
 // endpoint, named as its API budget is (a hash, never the token), so that classes of one
 // project list its servers once per pass.
-func (*Family) InventoryAccount(s family.Scope) string {
+func (*Family) MachinesAccount(s family.Scope) string {
 	return projectName(s.Env)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/sim"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 // rules are the runner's rules of this family.
-var rules = tfrunner.RuleSet{v1alpha1.FamilyHcloud: NewFamily().ErrorRules()}
+var rules = tfrunner.RuleSet{v1alpha1.FamilyHcloud: hcloudrules.Rules{}}
 
 // tofuRC is the CLI configuration hack/tools.sh writes next to the tools' bin folder: tofu
 // installs providers from the tools' filesystem mirror only.

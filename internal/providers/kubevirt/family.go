@@ -6,8 +6,6 @@ package kubevirt
 import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
-	"github.com/fulfiller-sh/fulfiller/internal/providers/kubevirt/kubevirtrules"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Family is the KubeVirt node-type family (spec.family: kubevirt): its error rules, its
@@ -19,9 +17,8 @@ type Family struct {
 
 var (
 	_ family.Family         = (*Family)(nil)
-	_ family.ErrorRules     = (*Family)(nil)
 	_ family.MachineWatcher = (*Family)(nil)
-	_ family.Inventory      = (*Family)(nil)
+	_ family.Machines       = (*Family)(nil)
 	_ family.ClassChecker   = (*Family)(nil)
 )
 
@@ -29,6 +26,3 @@ var (
 func NewFamily() *Family { return &Family{} }
 
 func (*Family) Name() string { return v1alpha1.FamilyKubeVirt }
-
-// ErrorRules classify the infra API server's answers to the kubectl provider.
-func (*Family) ErrorRules() tfrunner.Rules { return kubevirtrules.Rules{} }

@@ -46,7 +46,7 @@ func namespaces(nc *v1alpha1.TofuNodeClass) []string {
 }
 
 // List lists the VirtualMachines labelled as this cluster's (keys.LabelCluster) in the
-// class's VM namespaces (family.Inventory). Without a cluster name nothing can be
+// class's VM namespaces (family.Machines). Without a cluster name nothing can be
 // attributed: an error.
 func (f *Family) List(ctx context.Context, s family.Scope) ([]family.Machine, error) {
 	if s.Cluster == "" {

@@ -31,7 +31,7 @@ const (
 	Cold Path = "cold"
 )
 
-// Attributes the fulfiller keeps on a server's inventory item (statelock.Inventory).
+// Attributes the fulfiller keeps on a server's inventory item (statelock.LeasePool).
 const (
 	// AttrHostKey is the installed system's host key (authorized_keys format), recorded
 	// before the install that puts it there and pinned on every later connection.

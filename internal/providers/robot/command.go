@@ -225,7 +225,7 @@ func clientAndSigner(getenv func(string) string) (*Client, ssh.Signer, error) {
 
 // InventoryRecorder records attributes on servers' inventory items, guarded by the holder.
 type InventoryRecorder struct {
-	Inventory statelock.Inventory
+	Inventory statelock.LeasePool
 	Holder    string
 }
 
@@ -255,7 +255,7 @@ func newInventoryRecorder(getenv func(string) string, namespace, holder string) 
 	if err != nil {
 		return nil, fmt.Errorf("building the inventory's cluster client: %w", err)
 	}
-	return InventoryRecorder{Inventory: statelock.Inventory{Reader: c, Writer: c, Namespace: namespace, Pool: InventoryPool}, Holder: holder}, nil
+	return InventoryRecorder{Inventory: statelock.LeasePool{Reader: c, Writer: c, Namespace: namespace, Pool: InventoryPool}, Holder: holder}, nil
 }
 
 func keys(m map[string]string) []string {

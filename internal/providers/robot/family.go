@@ -4,13 +4,11 @@
 package robot
 
 import (
-	"github.com/fulfiller-sh/fulfiller/internal/providers/robot/robotrules"
 	"sync"
 	"time"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Family is the Hetzner Robot node-type family (spec.family: robot). Its pool is a finite
@@ -27,7 +25,6 @@ type Family struct {
 
 var (
 	_ family.Family             = (*Family)(nil)
-	_ family.ErrorRules         = (*Family)(nil)
 	_ family.Pool               = (*Family)(nil)
 	_ family.CredentialsChecker = (*Family)(nil)
 )
@@ -36,6 +33,3 @@ var (
 func NewFamily() *Family { return &Family{} }
 
 func (*Family) Name() string { return v1alpha1.FamilyRobot }
-
-// ErrorRules classify the reasons `fulfiller robot` prints.
-func (*Family) ErrorRules() tfrunner.Rules { return robotrules.Rules{} }

@@ -340,7 +340,7 @@ func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context
 // they are members under (candidates offers only those). A server in the pool of another
 // class is a problem, unless that class is gone. A leased server is left as it is until its
 // release. It returns how many leases it wrote.
-func (f *Family) join(ctx context.Context, s family.Scope, inv statelock.Inventory, items []statelock.Item, want map[string]string) (int, []string, error) {
+func (f *Family) join(ctx context.Context, s family.Scope, inv statelock.LeasePool, items []statelock.Item, want map[string]string) (int, []string, error) {
 	byID := map[string]statelock.Item{}
 	for _, it := range items {
 		byID[it.ID] = it
@@ -389,7 +389,7 @@ func (f *Family) join(ctx context.Context, s family.Scope, inv statelock.Invento
 // (removed from spec.robot, cancelled, gone from the account, their node type removed): they
 // are offered no more, and another class may take them. A leased one leaves after its
 // release. It returns how many leases it wrote.
-func (f *Family) leave(ctx context.Context, s family.Scope, inv statelock.Inventory, items []statelock.Item, want map[string]string) (int, error) {
+func (f *Family) leave(ctx context.Context, s family.Scope, inv statelock.LeasePool, items []statelock.Item, want map[string]string) (int, error) {
 	written := 0
 	for _, it := range items {
 		if it.Attributes[AttrClass] != s.Class.Name || want[it.ID] != "" || it.Leased() {
@@ -448,7 +448,7 @@ func (f *Family) forgetAccount(s family.Scope) {
 // sweep releases a lease whose claim is gone (a controller that stopped between leasing and
 // recording, or between destroying and releasing). A server the gone claim had activated is
 // not provably in standby: it is quarantined.
-func (f *Family) sweep(ctx context.Context, inv statelock.Inventory, it statelock.Item, live func(ctx context.Context, claim, uid string) (bool, error)) error {
+func (f *Family) sweep(ctx context.Context, inv statelock.LeasePool, it statelock.Item, live func(ctx context.Context, claim, uid string) (bool, error)) error {
 	name, uid, _ := strings.Cut(it.Holder, "/")
 	alive, err := live(ctx, name, uid)
 	if err != nil || alive {
@@ -524,7 +524,7 @@ func (f *Family) forget(id string) {
 
 // fail counts a failure of a free server (or one the keeper holds, holder) and quarantines
 // it at the second; a reinstall that failed makes it fresh again, to be installed anew.
-func (f *Family) fail(ctx context.Context, inv statelock.Inventory, it statelock.Item, reason, holder string) error {
+func (f *Family) fail(ctx context.Context, inv statelock.LeasePool, it statelock.Item, reason, holder string) error {
 	attrs := failureAttrs(it, reason)
 	if reason == robotrules.ReasonInstallFailed {
 		attrs[AttrState] = ""

@@ -62,7 +62,7 @@ type pool struct {
 	signer    ssh.Signer
 	keyPEM    string
 	namespace string
-	inv       statelock.Inventory
+	inv       statelock.LeasePool
 	cs        kubernetes.Interface
 }
 
@@ -87,7 +87,7 @@ func newPool(t *testing.T, namespace string) *pool {
 	signer, keyPEM := newSSHKeyPEM(t)
 	return &pool{
 		api: startAPI(t, nil), signer: signer, keyPEM: keyPEM, namespace: namespace, cs: cs,
-		inv: statelock.Inventory{Reader: c, Writer: c, Namespace: namespace, Pool: robot.InventoryPool},
+		inv: statelock.LeasePool{Reader: c, Writer: c, Namespace: namespace, Pool: robot.InventoryPool},
 	}
 }
 
@@ -210,7 +210,7 @@ func (p *pool) run(t *testing.T, req tfrunner.Request, secrets ...string) (tfrun
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var log testenv.SyncBuffer
-	res := tfrunner.Run(ctx, req, &log, tfrunner.RuleSet{v1alpha1.FamilyRobot: robot.NewFamily().ErrorRules()})
+	res := tfrunner.Run(ctx, req, &log, tfrunner.RuleSet{v1alpha1.FamilyRobot: robotrules.Rules{}})
 	out := log.String()
 	for _, s := range append(secrets, apiPassword, p.keyPEM) {
 		if strings.Contains(out, s) || (res.Error != nil && strings.Contains(res.Error.Message, s)) {

@@ -48,8 +48,8 @@ const quarantineAfter = 2
 // keeperHolder is the lease holder of a server the pool keeper installs ahead of need.
 const keeperHolder = "pool-keeper/" + InventoryPool
 
-func inventory(s family.Scope) statelock.Inventory {
-	return statelock.Inventory{Reader: s.Reader, Writer: s.Writer, Namespace: s.StateNamespace, Pool: InventoryPool}
+func inventory(s family.Scope) statelock.LeasePool {
+	return statelock.LeasePool{Reader: s.Reader, Writer: s.Writer, Namespace: s.StateNamespace, Pool: InventoryPool}
 }
 
 // members are the items of the class's pool.

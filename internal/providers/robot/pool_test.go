@@ -107,7 +107,7 @@ type fixture struct {
 	m   *fakeMachines
 	nc  *v1alpha1.TofuNodeClass
 	s   family.Scope
-	inv statelock.Inventory
+	inv statelock.LeasePool
 	now time.Time
 }
 

@@ -1,11 +1,11 @@
 // Copyright The fulfiller Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package rules holds the error rules of every node-type family the fulfiller knows, by
-// family name, for the runner binary (cmd/fulfiller-runner). Each family's rules live in a
+// Package rules is the one registry of the node-type families' error rules, by family name,
+// for every runner (cmd/fulfiller-runner and `fulfiller run`). Each family's rules live in a
 // package of their own that links no Kubernetes client, so that a runner starts in a few
-// milliseconds of CPU; the families (internal/providers) give the controller the same rules,
-// which TestRunnerRulesAreTheFamilies checks.
+// milliseconds of CPU; TestEveryFamilyHasRules checks that every family the binaries know
+// (internal/providers) is listed.
 package rules
 
 import (

@@ -11,24 +11,17 @@ package simulated
 import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
-	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Family is the simulated node-type family.
 type Family struct{}
 
 var (
-	_ family.Family     = (*Family)(nil)
-	_ family.ErrorRules = (*Family)(nil)
-	_ family.Inventory  = (*Family)(nil)
+	_ family.Family   = (*Family)(nil)
+	_ family.Machines = (*Family)(nil)
 )
 
 // NewFamily returns the simulated family.
 func NewFamily() *Family { return &Family{} }
 
 func (*Family) Name() string { return v1alpha1.FamilySim }
-
-// ErrorRules are the Hetzner Cloud family's: the simulated cloud of modules/sim fails with
-// the Hetzner Cloud API's error codes (its parameters.apply_error).
-func (*Family) ErrorRules() tfrunner.Rules { return hcloudrules.Rules{} }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -26,7 +27,7 @@ func TestErrorRulesOnRealRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := tfrunner.RuleSet{v1alpha1.FamilySim: NewFamily().ErrorRules()}
+	rules := tfrunner.RuleSet{v1alpha1.FamilySim: hcloudrules.Rules{}}
 	for _, tc := range []struct {
 		applyError string
 		class      tfrunner.ErrorClass

@@ -93,9 +93,9 @@ func (i Item) Quarantined() bool { return i.QuarantineReason != "" }
 // Free reports whether the item may be leased: nobody holds it and it is not quarantined.
 func (i Item) Free() bool { return !i.Leased() && !i.Quarantined() }
 
-// Inventory is one pool's items. Reader must read from the API server (not a cache): the
-// compare-and-swap needs the current resourceVersion.
-type Inventory struct {
+// LeasePool is one pool of items, each held through a Lease of its own. Reader must read
+// from the API server (not a cache): the compare-and-swap needs the current resourceVersion.
+type LeasePool struct {
 	Reader    client.Reader
 	Writer    client.Client
 	Namespace string
@@ -107,7 +107,7 @@ type Inventory struct {
 // casRetries bounds how often an operation re-reads an item that changed under it.
 const casRetries = 8
 
-func (inv Inventory) now() time.Time {
+func (inv LeasePool) now() time.Time {
 	if inv.Now != nil {
 		return inv.Now()
 	}
@@ -115,11 +115,11 @@ func (inv Inventory) now() time.Time {
 }
 
 // LeaseName is the name of an item's Lease.
-func (inv Inventory) LeaseName(id string) string {
+func (inv LeasePool) LeaseName(id string) string {
 	return "inventory-" + inv.Pool + "-" + strings.ToLower(id)
 }
 
-func (inv Inventory) validate(id string) error {
+func (inv LeasePool) validate(id string) error {
 	if errs := validation.IsDNS1123Subdomain(inv.LeaseName(id)); len(errs) > 0 {
 		return fmt.Errorf("inventory item %q of pool %q cannot name a Lease: %s", id, inv.Pool, strings.Join(errs, "; "))
 	}
@@ -131,7 +131,7 @@ func (inv Inventory) validate(id string) error {
 
 // Ensure creates the Leases of items that have none (free, not quarantined). Existing ones
 // are left as they are.
-func (inv Inventory) Ensure(ctx context.Context, ids ...string) error {
+func (inv LeasePool) Ensure(ctx context.Context, ids ...string) error {
 	for _, id := range ids {
 		if err := inv.validate(id); err != nil {
 			return err
@@ -148,7 +148,7 @@ func (inv Inventory) Ensure(ctx context.Context, ids ...string) error {
 }
 
 // Get returns one item.
-func (inv Inventory) Get(ctx context.Context, id string) (Item, error) {
+func (inv LeasePool) Get(ctx context.Context, id string) (Item, error) {
 	lease, err := inv.get(ctx, id)
 	if err != nil {
 		return Item{}, err
@@ -157,7 +157,7 @@ func (inv Inventory) Get(ctx context.Context, id string) (Item, error) {
 }
 
 // List returns the pool's items, sorted by ID.
-func (inv Inventory) List(ctx context.Context) ([]Item, error) {
+func (inv LeasePool) List(ctx context.Context) ([]Item, error) {
 	var leases coordinationv1.LeaseList
 	if err := inv.Reader.List(ctx, &leases, client.InNamespace(inv.Namespace), client.MatchingLabels{LabelInventoryPool: inv.Pool}); err != nil {
 		return nil, fmt.Errorf("listing inventory pool %s: %w", inv.Pool, err)
@@ -173,7 +173,7 @@ func (inv Inventory) List(ctx context.Context) ([]Item, error) {
 // Acquire leases item id to holder. Leasing an item the holder holds already succeeds (a
 // restarted controller repeating itself). A quarantined item is ErrQuarantined, one held by
 // another claim a *HeldError (ErrItemHeld).
-func (inv Inventory) Acquire(ctx context.Context, id, holder string) error {
+func (inv LeasePool) Acquire(ctx context.Context, id, holder string) error {
 	if holder == "" {
 		return errors.New("acquiring an inventory item: empty holder")
 	}
@@ -203,7 +203,7 @@ func (inv Inventory) Acquire(ctx context.Context, id, holder string) error {
 // AcquireAny leases holder one free item of candidates, tried in order, and returns its ID.
 // If holder already holds an item of the pool, that one is returned (whether or not it is a
 // candidate): a claim holds at most one item. No free candidate is ErrNoFreeItem.
-func (inv Inventory) AcquireAny(ctx context.Context, holder string, candidates []string) (string, error) {
+func (inv LeasePool) AcquireAny(ctx context.Context, holder string, candidates []string) (string, error) {
 	items, err := inv.List(ctx)
 	if err != nil {
 		return "", err
@@ -230,7 +230,7 @@ func (inv Inventory) AcquireAny(ctx context.Context, holder string, candidates [
 // Release gives up holder's lease on id, setting attrs (nil: none) in the same write. Only
 // the holder releases: anyone else gets ErrNotHolder, and releasing a free item is
 // ErrNotHolder too.
-func (inv Inventory) Release(ctx context.Context, id, holder string, attrs map[string]string) error {
+func (inv LeasePool) Release(ctx context.Context, id, holder string, attrs map[string]string) error {
 	return inv.update(ctx, id, func(it Item, lease *coordinationv1.Lease) (bool, error) {
 		if it.Holder != holder || holder == "" {
 			return false, fmt.Errorf("%w: %s is held by %q, not %q", ErrNotHolder, id, it.Holder, holder)
@@ -246,7 +246,7 @@ func (inv Inventory) Release(ctx context.Context, id, holder string, attrs map[s
 // SetAttributes sets (or, with an empty value, removes) attributes of id, guarded by its
 // holder: holder must hold the item, or, when holder is empty, the item must not be leased
 // (the pool keeper's writes to a server in standby).
-func (inv Inventory) SetAttributes(ctx context.Context, id, holder string, attrs map[string]string) error {
+func (inv LeasePool) SetAttributes(ctx context.Context, id, holder string, attrs map[string]string) error {
 	return inv.update(ctx, id, func(it Item, lease *coordinationv1.Lease) (bool, error) {
 		if it.Holder != holder {
 			return false, fmt.Errorf("%w: %s is held by %q, not %q", ErrNotHolder, id, it.Holder, holder)
@@ -258,7 +258,7 @@ func (inv Inventory) SetAttributes(ctx context.Context, id, holder string, attrs
 
 // Quarantine marks id so that it is not leased again until Unquarantine; a claim holding it
 // keeps it until it releases it. The first reason stays.
-func (inv Inventory) Quarantine(ctx context.Context, id, reason string) error {
+func (inv LeasePool) Quarantine(ctx context.Context, id, reason string) error {
 	if reason == "" {
 		return errors.New("quarantining an inventory item needs a reason")
 	}
@@ -276,7 +276,7 @@ func (inv Inventory) Quarantine(ctx context.Context, id, reason string) error {
 }
 
 // Unquarantine clears the quarantine of id (someone looked at the server).
-func (inv Inventory) Unquarantine(ctx context.Context, id string) error {
+func (inv LeasePool) Unquarantine(ctx context.Context, id string) error {
 	return inv.update(ctx, id, func(it Item, lease *coordinationv1.Lease) (bool, error) {
 		if !it.Quarantined() {
 			return false, nil
@@ -289,7 +289,7 @@ func (inv Inventory) Unquarantine(ctx context.Context, id string) error {
 
 // update reads id's Lease, lets change decide (and edit it), and writes it with the
 // resourceVersion it read; on a conflict it starts over, up to casRetries times.
-func (inv Inventory) update(ctx context.Context, id string, change func(Item, *coordinationv1.Lease) (bool, error)) error {
+func (inv LeasePool) update(ctx context.Context, id string, change func(Item, *coordinationv1.Lease) (bool, error)) error {
 	for range casRetries {
 		lease, err := inv.get(ctx, id)
 		if err != nil {
@@ -314,7 +314,7 @@ func (inv Inventory) update(ctx context.Context, id string, change func(Item, *c
 	return fmt.Errorf("%w: %s in pool %s", ErrItemChanged, id, inv.Pool)
 }
 
-func (inv Inventory) get(ctx context.Context, id string) (*coordinationv1.Lease, error) {
+func (inv LeasePool) get(ctx context.Context, id string) (*coordinationv1.Lease, error) {
 	if err := inv.validate(id); err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ import (
 
 // controller is one controller process's view of the inventory: its own client to the API
 // server (no shared cache, no shared connection).
-func controller(t *testing.T, cp *testenv.ControlPlane, namespace string) statelock.Inventory {
+func controller(t *testing.T, cp *testenv.ControlPlane, namespace string) statelock.LeasePool {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -34,7 +34,7 @@ func controller(t *testing.T, cp *testenv.ControlPlane, namespace string) statel
 	if err != nil {
 		t.Fatal(err)
 	}
-	return statelock.Inventory{Reader: c, Writer: c, Namespace: namespace, Pool: "robot"}
+	return statelock.LeasePool{Reader: c, Writer: c, Namespace: namespace, Pool: "robot"}
 }
 
 // TestInventoryLeases races two controllers of many workers for a pool smaller than the
