@@ -11,7 +11,7 @@ unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all tools bench-tools generate chart-crds api-docs docs-check verify-generate build test vet bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
+.PHONY: all tools image-tools bench-tools generate chart-crds api-docs docs-check verify-generate build test vet bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
 
 all: build
 
@@ -68,15 +68,30 @@ karpenter-crds: ## apply the CRDs of the Karpenter core version the binary embed
 VERSION ?= $(shell hack/version.sh)
 LDFLAGS := -X main.version=$(VERSION)
 
+# The image is built for both architectures; tofu and the providers of the one this machine is
+# not are cross-compiled by hack/tools.sh into a folder of their own.
+IMAGE_OUT ?= bin/image
+IMAGE_REPOSITORY ?= ghcr.io/fulfiller-sh/fulfiller
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_OTHER_ARCH := $(if $(filter arm64,$(shell go env GOARCH)),amd64,arm64)
+
+image-tools: ## cross-compile tofu and the providers for the image's other architecture (cached, like make tools)
+	TOOLS="tofu provider-hcloud provider-kubectl" TOOLS_ARCH=$(IMAGE_OTHER_ARCH) hack/tools.sh
+
+image: tools image-tools ## build the image without a container engine: $(IMAGE_OUT)/oci (OCI layout, linux/amd64 and linux/arm64), a docker-load tarball, a CycloneDX SBOM and a file list per platform (docs/image.md)
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) go -C hack/image run . -root "$(CURDIR)" -out "$(abspath $(IMAGE_OUT))" \
+		-tools "$(FULFILLER_CACHE)/tools" -version "$(VERSION)" -repository "$(IMAGE_REPOSITORY)" -platforms "$(IMAGE_PLATFORMS)"
+
 build: ## build bin/fulfiller (the image's controller and runner), bin/fulfiller-dev (that plus dev and sim), bin/fulfiller-runner and bin/fulfiller-sim (the runner alone, the simulated machine alone)
 	go build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/fulfiller ./cmd/fulfiller-dev ./cmd/fulfiller-runner ./cmd/fulfiller-sim
 
-vet: ## go vet, gofmt and license header check
+vet: ## go vet (the project and the image builder), gofmt and license header check
 	go vet ./...
+	go -C hack/image vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@hack/check-headers.sh
 
-test: tools vet verify-generate ## build the tools, then run every test suite against them
+test: tools image-tools vet verify-generate ## build the tools, then run every test suite against them (test/image builds the image)
 	go test $(GO_TEST_FLAGS) ./...
 
 BENCH ?= .

@@ -22,9 +22,16 @@
 # Only the benchmarks use these two, so the default TOOLS leave them out (a cold `make tools`,
 # which CI runs, does not build them); `make bench-tools` builds them.
 #
+# The image (`make image`, hack/image) ships tofu and the providers for linux/amd64 and
+# linux/arm64. TOOLS_ARCH=arm64 (or amd64 on an arm64 machine) cross-compiles tofu and the
+# providers for that architecture into a folder of its own, $FULFILLER_CACHE/tools/linux-<arch>/
+# (<tool>-<version>, bin/ and providers/ laid out as above); these cannot run here, so instead of
+# running them the script checks the architecture their build info records. With
+# TOOLS_ARCH unset or this machine's, tools land in $FULFILLER_CACHE/tools as always.
+#
 # Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION
 # HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION KARPENTER_VERSION KWOK_VERSION CRD_REF_DOCS_VERSION
-# FULFILLER_CACHE TOOLS.
+# FULFILLER_CACHE TOOLS TOOLS_ARCH.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -41,14 +48,27 @@ KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
 TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm helm controller-gen crd-ref-docs provider-hcloud provider-kubectl"}
 
+export GOWORK=off CGO_ENABLED=0
+unset GOFLAGS
+
+host_arch=$(go env GOARCH)
+arch=${TOOLS_ARCH:-$host_arch}
 root=$FULFILLER_CACHE/tools
 src=$FULFILLER_CACHE/src
 bin=$root/bin
+if [ "$arch" != "$host_arch" ]; then
+  root=$root/linux-$arch
+  bin=$root/bin
+  for tool in $TOOLS; do
+    case $tool in
+      tofu|provider-*) ;;
+      *) printf 'tools: %s is not cross-compiled (TOOLS_ARCH=%s): only tofu and the providers are\n' "$tool" "$arch" >&2; exit 2 ;;
+    esac
+  done
+fi
+export GOOS=linux GOARCH=$arch
 providers=$root/providers
 mkdir -p "$root" "$src" "$bin" "$providers"
-
-export GOWORK=off CGO_ENABLED=0
-unset GOFLAGS
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -243,18 +263,21 @@ for tool in $TOOLS; do
       kwok) build_kwok "$tmp" ;;
       *) build_k8s "$tmp" "$tool" ;;
     esac
-    case $tool in
+    if [ "$arch" != "$host_arch" ]; then
+      # A binary of another architecture cannot run here: check what its build info says.
+      go version -m "$tmp" | grep -q "GOARCH=$arch\$" || { log "$tool $version was not built for $arch"; exit 1; }
+    else case $tool in
       # A plugin only answers its host's handshake; run alone, it says so and exits 1.
       provider-*) said=$("$tmp" 2>&1 || true); grep -q "plugin" <<<"$said" || { log "$tool $version was built but does not run"; exit 1; } ;;
       # An operator: without a cluster it can only show its flags.
       karpenter-kwok) said=$("$tmp" --help 2>&1 || true); grep -q -- "-instance-types-file-path" <<<"$said" || { log "$tool $version was built but does not run"; exit 1; } ;;
       *) "$tmp" version --client >/dev/null 2>&1 || "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 ||
         { log "$tool $version was built but does not run"; exit 1; } ;;
-    esac
+    esac; fi
     if [ -f "$tmp.stages.yaml" ]; then mv "$tmp.stages.yaml" "$out.stages.yaml"; fi
     mv "$tmp" "$out"
     current_tool=""
-    log "built $tool $version in $((SECONDS - start))s"
+    log "built $tool $version for $arch in $((SECONDS - start))s"
   fi
   case $tool in
     provider-hcloud) mirror_provider "$tool" hetznercloud hcloud ;;
