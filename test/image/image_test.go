@@ -350,6 +350,16 @@ func rootfs(t *testing.T) string {
 // environment, in working folder dir, in a network namespace of its own (only a loopback
 // interface, down: no network at all) and a mount namespace of its own.
 func inImage(rootfs, dir string, env []string, name string, args ...string) (string, error) {
+	cmd := imageCmd(rootfs, dir, env, name, args...)
+	cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// imageCmd is a program of the image chrooted in rootfs, as the image's user with its
+// environment, in working folder dir and a mount namespace of its own; its network is the
+// one it is started in.
+func imageCmd(rootfs, dir string, env []string, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(slices.Clone(images["amd64"].config.Config.Env), env...)
@@ -357,10 +367,9 @@ func inImage(rootfs, dir string, env []string, name string, args ...string) (str
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Chroot:     rootfs,
 		Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}},
-		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS,
+		Cloneflags: syscall.CLONE_NEWNS,
 	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return cmd
 }
 
 func imageUser() (uint32, uint32) {
