@@ -99,7 +99,7 @@ func startRunnerNode(ctx context.Context, l Layout, cp *controlplane.ControlPlan
 		Taints:   []corev1.Taint{{Key: runnerNodeLabel, Effect: corev1.TaintEffectNoSchedule}},
 		Dir:      l.Kubelet(),
 		Binaries: map[string]string{"fulfiller": self},
-		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		// The image's user (hack/image: user 65532:65532): runner pods must work as it.
 		ImageUser: 65532, ImageGroup: 65532,
 		APIServer:      strings.TrimPrefix(cp.Server, "https://"),
 		ServingCertPEM: cert, ServingKeyPEM: key,

@@ -347,7 +347,7 @@ func startRunnerKubelet(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 		NodeName: "runner-node",
 		Dir:      filepath.Join(dir, "kubelet"),
 		Binaries: map[string]string{"fulfiller": bin},
-		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		// The image's user (hack/image: user 65532:65532): runner pods must work as it.
 		ImageUser: 65532, ImageGroup: 65532,
 		APIServer:      strings.TrimPrefix(cp.Server, "https://"),
 		ServingCertPEM: cert, ServingKeyPEM: key,

@@ -90,7 +90,7 @@ func startJobCluster(t *testing.T) *jobCluster {
 		Dir:      t.TempDir(),
 		Binaries: map[string]string{"fulfiller": exe},
 		Env:      []string{mainEnv + "=1"},
-		// The image's user (Dockerfile: USER 65532:65532): runner pods must work as it.
+		// The image's user (hack/image: user 65532:65532): runner pods must work as it.
 		ImageUser: 65532, ImageGroup: 65532,
 		ServingCertPEM: certPEM, ServingKeyPEM: keyPEM,
 		ClientCAPEM: cp.CAPEM,

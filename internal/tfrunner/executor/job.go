@@ -48,7 +48,7 @@ const (
 const (
 	DefaultJobDeadline      = 30 * time.Minute
 	DefaultTTLAfterFinished = time.Hour
-	// DefaultRunnerUser is the image's non-root user and group (the Dockerfile's USER).
+	// DefaultRunnerUser is the image's non-root user and group (the user hack/image makes).
 	DefaultRunnerUser = 65532
 )
 
