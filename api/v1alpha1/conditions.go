@@ -146,6 +146,9 @@ const (
 	ReasonNodeClassReadinessUnknown = "NodeClassReadinessUnknown"
 	// ReasonInvalidClaimName: the claim's name cannot name a state.
 	ReasonInvalidClaimName = "InvalidClaimName"
+	// ReasonLeasedMachineUnfit: the claim holds a pool machine (leased by an earlier Create
+	// whose record was not written) of a node type that no longer fits it.
+	ReasonLeasedMachineUnfit = "LeasedMachineUnfit"
 )
 
 // Phases of a Fulfillment (status.phase): display values derived from the conditions; logic

@@ -18,8 +18,10 @@ type Pool interface {
 	// with none has its offerings unavailable; a type not in the map is unaffected.
 	Offer(ctx context.Context, s Scope) (map[string]int, error)
 	// Lease leases a machine of the node type to the claim and returns what the module needs
-	// to activate it. Leasing again for the same claim returns the same machine. No machine
-	// is ErrPoolExhausted (wrapped, with a message that says why).
+	// to activate it. Leasing again for the same claim returns the same machine, whatever
+	// node type it asks for this time (an earlier Create leased it and then failed), and the
+	// lease names that machine's type. No machine is ErrPoolExhausted (wrapped, with a
+	// message that says why).
 	Lease(ctx context.Context, s Scope, c PoolClaim) (PoolLease, error)
 	// Release gives the claim's machine back after its destroy succeeded (or when nothing
 	// was ever applied). Releasing what the claim does not hold is no error.
@@ -37,10 +39,11 @@ type PoolClaim struct {
 }
 
 // PoolLease is a leased machine: the module's parameters that name it and how to activate
-// it, and the Node's provider ID.
+// it, the Node's provider ID, and the machine's node type.
 type PoolLease struct {
 	Parameters map[string]string
 	ProviderID string
+	NodeType   string
 }
 
 // PoolReport is what Keep found: the class's pool condition (v1alpha1.ConditionPoolReady)

@@ -212,11 +212,11 @@ func (c *CloudProvider) providerID(ctx context.Context, claim *karpv1.NodeClaim,
 
 // decide chooses the offering and records the Fulfillment.
 func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, claim *karpv1.NodeClaim) (*v1alpha1.Fulfillment, error) {
-	its, err := c.instanceTypes(nc)
+	all, err := c.instanceTypes(nc)
 	if err != nil {
 		return nil, cloudprovider.NewNodeClassNotReadyError(err)
 	}
-	its, exhausted, err := c.withPoolOffers(ctx, nc, its)
+	its, exhausted, err := c.withPoolOffers(ctx, nc, all)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if err != nil {
 		return nil, err
 	}
-	if err := c.leaseFor(ctx, nc, claim, f); err != nil {
+	if f, err = c.leaseFor(ctx, nc, claim, f, all); err != nil {
 		return nil, err
 	}
 	if _, _, pooled := c.pools.Of(nc); c.records != nil && !pooled {

@@ -55,7 +55,8 @@ func (p *Pool) Lease(_ context.Context, s family.Scope, c family.PoolClaim) (fam
 		m, p.free = p.free[0], p.free[1:]
 		p.held[holder] = m
 	}
-	return family.PoolLease{Parameters: map[string]string{"server_number": m, "lease_holder": holder}, ProviderID: "pool://" + m}, nil
+	return family.PoolLease{Parameters: map[string]string{"server_number": m, "lease_holder": holder}, ProviderID: "pool://" + m,
+		NodeType: "small"}, nil
 }
 
 func (p *Pool) Release(_ context.Context, _ family.Scope, c family.PoolClaim) error {

@@ -149,7 +149,8 @@ func (f *Family) Offer(ctx context.Context, s family.Scope) (map[string]int, err
 }
 
 // Lease leases the claim a warm server of the type, or, when none is and the cold path fits
-// the window, a fresh one to install. A claim holding a server gets it again.
+// the window, a fresh one to install. A claim holding a server gets it again, of whatever
+// type it is: the lease names it.
 func (f *Family) Lease(ctx context.Context, s family.Scope, c family.PoolClaim) (family.PoolLease, error) {
 	inv := inventory(s)
 	holder := statelock.LeaseHolder(c.Name, c.UID)
@@ -209,7 +210,7 @@ func leaseOf(s family.Scope, it statelock.Item, holder string) family.PoolLease 
 	if host, port, err := net.SplitHostPort(s.Class.Spec.Robot.SSHAddressOf(number(it.ID))); err == nil {
 		params["ssh_host"], params["ssh_port"] = host, port
 	}
-	return family.PoolLease{Parameters: params, ProviderID: "hrobot://" + it.ID}
+	return family.PoolLease{Parameters: params, ProviderID: "hrobot://" + it.ID, NodeType: it.Attributes[AttrNodeType]}
 }
 
 // Release gives the claim's server back. A server that failed quarantineAfter times in a row

@@ -1,0 +1,136 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package robot
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	karpcloudprovider "sigs.k8s.io/karpenter/pkg/cloudprovider"
+
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/test"
+)
+
+// createFixture is a pool of one standby server of each type (101 ax41, 201 ax101), a Ready
+// class and a CloudProvider over it whose first Fulfillment write fails; claim may launch as
+// either type. firstCreate runs that failing Create and returns the server it leased.
+type createFixture struct {
+	*fixture
+	kube     client.WithWatch
+	provider *cloudprovider.CloudProvider
+	claim    *karpv1.NodeClaim
+}
+
+func newCreateFixture(t *testing.T) *createFixture {
+	m := newFakeMachines(101, 201)
+	fx := newFixture(t, v1alpha1.RobotPool{Servers: append(servers("ax41", 101), servers("ax101", 201)...), Warm: int32p(0)}, m)
+	fx.keep(noClaims)
+	fx.standby(101, 201)
+
+	kube := fx.s.Writer.(client.WithWatch)
+	test.Ready(fx.nc)
+	test.ExpectApplied(t, kube, fx.nc)
+	failCreate := 1
+	writer := interceptor.NewClient(kube, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*v1alpha1.Fulfillment); ok && failCreate > 0 {
+				failCreate--
+				return errors.New("etcdserver: request timed out")
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	families, err := family.NewRegistry(fx.fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := cloudprovider.New(cloudprovider.Options{Kube: writer, Clock: clock.RealClock{}, StateNamespace: stateNS, Families: families,
+		Unavailable: cloudprovider.NewUnavailableOfferings(clock.RealClock{}, cloudprovider.UnavailableOfferingsTTL)})
+	claim := test.NodeClaim("robot-aaaaa", "robot", fx.now, func(c *karpv1.NodeClaim) {
+		c.Spec.Requirements[0] = karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable,
+			Operator: corev1.NodeSelectorOpIn, Values: []string{"ax41", "ax101"}}
+	})
+	test.ExpectApplied(t, kube, claim)
+	return &createFixture{fixture: fx, kube: kube, provider: provider, claim: claim}
+}
+
+func (cf *createFixture) firstCreate() string {
+	cf.t.Helper()
+	if _, err := cf.provider.Create(cf.ctx, cf.claim); err == nil {
+		cf.t.Fatal("create succeeded while the Fulfillment could not be written")
+	}
+	for _, id := range []string{"101", "201"} {
+		if cf.item(id).Holder == statelock.LeaseHolder(cf.claim.Name, string(cf.claim.UID)) {
+			return id
+		}
+	}
+	cf.t.Fatal("the first create leased no server")
+	return ""
+}
+
+// Defect 11 of issue 25: Create leases a server, writing the Fulfillment fails, and the retry
+// finds the leased server's type exhausted (the claim holds its only server), chooses another
+// type and gets the same server again. The record must name the server's type, never the
+// type the retry chose.
+func TestCreateRetryRecordsTheHeldServersType(t *testing.T) {
+	cf := newCreateFixture(t)
+	held := cf.firstCreate()
+	heldType := map[string]string{"101": "ax41", "201": "ax101"}[held]
+
+	got, err := cf.provider.Create(cf.ctx, cf.claim)
+	if err != nil {
+		t.Fatalf("create again: %v", err)
+	}
+	f := test.ExpectExists(t, cf.kube, &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: cf.claim.Name}})
+	if f.Spec.Parameters["server_number"] != held || f.Spec.NodeType != heldType || got.Labels[corev1.LabelInstanceTypeStable] != heldType {
+		t.Errorf("recorded node type %s (claim labelled %s) on server %s, want the held server %s of type %s",
+			f.Spec.NodeType, got.Labels[corev1.LabelInstanceTypeStable], f.Spec.Parameters["server_number"], held, heldType)
+	}
+	for _, id := range []string{"101", "201"} {
+		if it := cf.item(id); id != held && it.Leased() {
+			t.Errorf("server %s leased to %s as well", id, it.Holder)
+		}
+	}
+}
+
+// The same retry after the class changed so that the held server's type no longer fits the
+// claim: a CreateError that says so, no record, and no second server leased.
+func TestCreateRetryRefusesAHeldServerThatNoLongerFits(t *testing.T) {
+	cf := newCreateFixture(t)
+	held := cf.firstCreate()
+	for i := range cf.nc.Spec.NodeTypes {
+		if nt := &cf.nc.Spec.NodeTypes[i]; nt.Name == map[string]string{"101": "ax41", "201": "ax101"}[held] {
+			nt.Capacity[corev1.ResourceCPU] = resource.MustParse("500m") // the claim asks for 1
+		}
+	}
+	cf.nc.Generation++
+	test.Ready(cf.nc)
+	test.ExpectApplied(t, cf.kube, cf.nc)
+
+	_, err := cf.provider.Create(cf.ctx, cf.claim)
+	var createErr *karpcloudprovider.CreateError
+	if !errors.As(err, &createErr) || createErr.ConditionReason != v1alpha1.ReasonLeasedMachineUnfit ||
+		!strings.Contains(err.Error(), "holds machine hrobot://"+held) {
+		t.Fatalf("create again: %v, want a CreateError (%s) naming the held server", err, v1alpha1.ReasonLeasedMachineUnfit)
+	}
+	test.ExpectNotFound(t, cf.kube, &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: cf.claim.Name}})
+	for _, id := range []string{"101", "201"} {
+		if it := cf.item(id); id != held && it.Leased() {
+			t.Errorf("server %s leased to %s as well", id, it.Holder)
+		}
+	}
+}
