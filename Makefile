@@ -26,17 +26,20 @@ bench-tools: ## build what only the benchmarks use: Karpenter's kwok provider an
 
 KUBEVIRT_CRDS := internal/providers/kubevirt/standin/crds
 
-generate: ## regenerate deepcopy code and CRDs from api/, the chart's copy of the CRDs, the API reference (docs/reference) and the test environment's KubeVirt CRDs
+generate: ## regenerate deepcopy code and CRDs from api/, the CRD chart's CRDs (the fulfiller's and Karpenter core's), the API reference (docs/reference) and the test environment's KubeVirt CRDs
 	$(FULFILLER_TOOLS_BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/... crd output:crd:artifacts:config=api/crds
-	$(MAKE) --no-print-directory chart-crds
+	$(MAKE) --no-print-directory chart-crds karpenter-crds
 	$(MAKE) --no-print-directory api-docs
 	go run ./$(KUBEVIRT_CRDS)/gen -out $(KUBEVIRT_CRDS)
 
 CHART := charts/fulfiller
+CRD_CHART := charts/fulfiller-crd
 
-chart-crds: ## copy the generated CRDs (api/crds) into the chart (charts/fulfiller/crds)
-	@rm -f $(CHART)/crds/*.yaml
-	cp api/crds/*.yaml $(CHART)/crds/
+chart-crds: ## write the fulfiller's generated CRDs (api/crds) into the CRD chart (charts/fulfiller-crd/templates)
+	go run ./hack/crdchart -out $(CRD_CHART)/templates -fulfiller api/crds
+
+karpenter-crds: ## write the CRDs of the Karpenter core the binary embeds (go.mod's sigs.k8s.io/karpenter) into the CRD chart
+	go run ./hack/crdchart -out $(CRD_CHART)/templates -karpenter -karpenter-version "$$(go list -m -f '{{.Version}}' sigs.k8s.io/karpenter)"
 
 API_DOCS := docs/reference
 
@@ -47,21 +50,13 @@ api-docs: ## generate the API reference docs/reference/api.md from api/v1alpha1 
 docs-check: ## check that every relative link and named path in the README and docs/ resolves
 	go test -count=1 ./test/docs/
 
-verify-generate: generate ## fail when generated files (api/, the chart's CRDs, the API reference) are not committed
-	@git diff --exit-code -- api $(CHART)/crds $(API_DOCS) $(KUBEVIRT_CRDS) || (echo "generated files are stale: run make generate and commit"; exit 1)
-	@out=$$(git status --porcelain --untracked-files=all -- api $(CHART)/crds $(API_DOCS) $(KUBEVIRT_CRDS)); if [ -n "$$out" ]; then \
+verify-generate: generate ## fail when generated files (api/, the CRD chart's CRDs, the API reference) are not committed
+	@git diff --exit-code -- api $(CRD_CHART)/templates $(API_DOCS) $(KUBEVIRT_CRDS) || (echo "generated files are stale: run make generate and commit"; exit 1)
+	@out=$$(git status --porcelain --untracked-files=all -- api $(CRD_CHART)/templates $(API_DOCS) $(KUBEVIRT_CRDS)); if [ -n "$$out" ]; then \
 		echo "generated files are not committed:"; echo "$$out"; exit 1; fi
 
-chart-lint: ## helm lint --strict the chart (the chart's Go test also does, and applies it to a real API server)
-	$(FULFILLER_TOOLS_BIN)/helm lint --strict $(CHART)
-
-KUBECTL ?= kubectl
-
-karpenter-crds: ## apply the CRDs of the Karpenter core version the binary embeds (go.mod) to the current kubectl context
-	@dir=$$(go mod download -json sigs.k8s.io/karpenter | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
-	if [ -z "$$dir" ]; then echo "cannot download sigs.k8s.io/karpenter"; exit 1; fi; \
-	echo "$(KUBECTL) apply --server-side -f $$dir/pkg/apis/crds"; \
-	$(KUBECTL) apply --server-side -f "$$dir/pkg/apis/crds"
+chart-lint: ## helm lint --strict both charts (the chart's Go test also does, and installs them into a real API server)
+	$(FULFILLER_TOOLS_BIN)/helm lint --strict $(CRD_CHART) $(CHART)
 
 # The version builds carry (hack/version.sh): VERSION at its release tag, else a pre-release
 # of it named after the commit.

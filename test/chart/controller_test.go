@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,29 +42,79 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
 )
 
-// runControllerAsChartInstalledIt runs the real `fulfiller controller` outside the cluster
-// (there is no kubelet for the Deployment's pods) with the installed Deployment's environment
-// and the controller ServiceAccount's token, so that it has exactly the chart's RBAC, and its
-// tofu runs with the runner ServiceAccount's. It must become ready (every informer of
-// Karpenter core and the fulfiller listed and synced), win leader election with the chart's
-// Lease, make examples/local's TofuNodeClass Ready (module check, the join preflight's
-// SubjectAccessReviews and cluster-info read, the status write), take one claim from a pending
-// pod to a joined node and back to a destroyed machine with its state removed, and never be
-// denied by the API server.
-func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+// harness is what the controller's runs in TestInstall share: the binaries, a stand-in
+// kubelet for the runner Jobs' pods, the simulated machines' folder.
+//
+// The controller is the image's binary (cmd/fulfiller), run outside the cluster (there is no
+// kubelet for the Deployment's pods) with the installed Deployment's environment and the
+// controller ServiceAccount's token, so that it has exactly the chart's RBAC. Its runner Jobs
+// run the image's `fulfiller run`: the stand-in kubelet runs the development binary for it,
+// whose `run` is the same command and which also has the `sim` that modules/sim's
+// provisioners call as $FULFILLER_BINARY, with the pod's service-account token (the runner
+// ServiceAccount's) for the kubernetes backend.
+type harness struct {
+	cs          kubernetes.Interface
+	dyn         dynamic.Interface
+	dir         string
+	bin, devBin string
+	machines    string
+}
+
+func newHarness(ctx context.Context, t *testing.T, cs kubernetes.Interface) *harness {
+	t.Helper()
 	dir := t.TempDir()
-	// The controller is the image's binary. Its runner Jobs run the image's `fulfiller run`;
-	// the stand-in kubelet runs the development binary for it, whose `run` is the same command
-	// and which also has the `sim` that modules/sim's provisioners call as $FULFILLER_BINARY.
-	bin, devBin := filepath.Join(dir, "fulfiller"), filepath.Join(dir, "fulfiller-dev")
+	h := &harness{cs: cs, dyn: dynamic.NewForConfigOrDie(cp.Config), dir: dir,
+		bin: filepath.Join(dir, "fulfiller"), devBin: filepath.Join(dir, "fulfiller-dev"), machines: filepath.Join(dir, "machines")}
 	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/fulfiller", "./cmd/fulfiller-dev")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building fulfiller and fulfiller-dev: %v\n%s", err, out)
 	}
-	kubeconfig := serviceAccountKubeconfig(ctx, t, cs, "fulfiller", dir)
+	startRunnerKubelet(ctx, t, cs, h.devBin, dir)
+	t.Cleanup(func() { stopMachines(t, h.devBin, h.machines) })
+	return h
+}
 
-	dep, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{})
+// refusesWithoutCRDs starts the controller against the control plane before any CRD is
+// installed: it must exit, naming the missing CRDs and the chart that has them.
+func (h *harness) refusesWithoutCRDs(ctx context.Context, t *testing.T) {
+	ports, err := testenv.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.bin, "controller")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + h.dir, "KUBECONFIG=" + cp.Kubeconfig,
+		"FULFILLER_CLUSTER_NAME=" + testClusterName, "FULFILLER_RUNNER_IMAGE=fulfiller:test", "DISABLE_LEADER_ELECTION=true",
+		"METRICS_PORT=" + strconv.Itoa(ports[0]), "HEALTH_PROBE_PORT=" + strconv.Itoa(ports[1])}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || ctx.Err() != nil {
+		t.Fatalf("the controller without CRDs: %v, want it to exit with an error\n%s", err, tail(string(out), 4000))
+	}
+	for _, want := range []string{"refusing to start", "not those of Karpenter core " + goModVersion(t, "sigs.k8s.io/karpenter"),
+		"nodepools.karpenter.sh: not installed", "nodeclaims.karpenter.sh: not installed", "the fulfiller-crd chart"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the controller's log does not say %q:\n%s", want, tail(string(out), 4000))
+		}
+	}
+}
+
+// controllerProc is one run of `fulfiller controller` as the installed Deployment runs it.
+type controllerProc struct {
+	logs           *testenv.SyncBuffer
+	exited         chan error
+	cmd            *exec.Cmd
+	metrics, ready string // URLs
+	stopped        bool
+}
+
+// startController starts the controller with the environment of the Deployment helm installed
+// and the controller ServiceAccount's token.
+func (h *harness) startController(ctx context.Context, t *testing.T) *controllerProc {
+	t.Helper()
+	dep, err := h.cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +126,10 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		// Free ports on this machine instead of the pod's.
 		"METRICS_PORT":       strconv.Itoa(ports[0]),
 		"HEALTH_PROBE_PORT":  strconv.Itoa(ports[1]),
-		"FULFILLER_RUNS_DIR": filepath.Join(dir, "runs"),
+		"FULFILLER_RUNS_DIR": filepath.Join(h.dir, "runs"),
 	}
-	// The chart's Job executor: runner Jobs in the release namespace, run by a stand-in
-	// kubelet with the development binary for the image's and the pod's service-account token
-	// (the runner ServiceAccount's) for the kubernetes backend.
-	extra := map[string]string{"FULFILLER_TOFU": tofu}
-	startRunnerKubelet(ctx, t, cs, devBin, dir)
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "KUBECONFIG=" + kubeconfig}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + h.dir, "KUBECONFIG=" + serviceAccountKubeconfig(ctx, t, h.cs, "fulfiller", h.dir),
+		"FULFILLER_TOFU=" + tofu}
 	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
 		if e.ValueFrom != nil {
 			continue // MEMORY_LIMIT, CPU_REQUESTS: from the pod's resources
@@ -90,53 +139,68 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		}
 		env = append(env, e.Name+"="+e.Value)
 	}
-	for k, v := range extra {
-		env = append(env, k+"="+v)
-	}
-	logs := &testenv.SyncBuffer{}
-	cmd := exec.Command(bin, dep.Spec.Template.Spec.Containers[0].Args...)
-	cmd.Env, cmd.Stdout, cmd.Stderr, cmd.Dir = env, logs, logs, dir
-	if err := cmd.Start(); err != nil {
+	c := &controllerProc{logs: &testenv.SyncBuffer{}, exited: make(chan error, 1),
+		metrics: "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics", ready: "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/readyz"}
+	c.cmd = exec.Command(h.bin, dep.Spec.Template.Spec.Containers[0].Args...)
+	c.cmd.Env, c.cmd.Stdout, c.cmd.Stderr, c.cmd.Dir = env, c.logs, c.logs, h.dir
+	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	fail := func(format string, args ...any) {
-		t.Helper()
-		t.Fatalf("%s\ncontroller log (tail):\n%s", fmt.Sprintf(format, args...), tail(logs.String(), 4000))
-	}
-	poll := func(what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
-		t.Helper()
-		pctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		err := wait.PollUntilContextCancel(pctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			select {
-			case err := <-exited:
-				return false, fmt.Errorf("the controller exited: %v", err)
-			default:
-			}
-			if denied := forbiddenLines(logs.String()); len(denied) > 0 {
-				return false, fmt.Errorf("the controller was denied with the chart's RBAC:\n%s", strings.Join(denied, "\n"))
-			}
-			return cond(ctx)
-		})
-		if err != nil {
-			fail("waiting for %s: %v", what, err)
-		}
-	}
+	go func() { c.exited <- c.cmd.Wait() }()
+	t.Cleanup(c.stop)
+	return c
+}
 
-	readyz := "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/readyz"
-	poll("the controller's /readyz", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
+// stop stops the controller as a pod's termination does (SIGTERM, then SIGKILL after 15 s).
+func (c *controllerProc) stop() {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+func (c *controllerProc) fail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Fatalf("%s\ncontroller log (tail):\n%s", fmt.Sprintf(format, args...), tail(c.logs.String(), 4000))
+}
+
+// poll waits for cond; it fails as soon as the controller exits or is denied by the API
+// server with the chart's RBAC.
+func (c *controllerProc) poll(ctx context.Context, t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(pctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-c.exited:
+			c.exited <- err
+			return false, fmt.Errorf("the controller exited: %v", err)
+		default:
+		}
+		if denied := forbiddenLines(c.logs.String()); len(denied) > 0 {
+			return false, fmt.Errorf("the controller was denied with the chart's RBAC:\n%s", strings.Join(denied, "\n"))
+		}
+		return cond(ctx)
+	})
+	if err != nil {
+		c.fail(t, "waiting for %s: %v", what, err)
+	}
+}
+
+// waitReady waits until the controller is ready (every informer of Karpenter core and the
+// fulfiller listed and synced) and holds the chart's leader election Lease, not held by
+// previousHolder; it returns the holder.
+func (c *controllerProc) waitReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, previousHolder string) string {
+	t.Helper()
+	c.poll(ctx, t, "the controller's /readyz", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.ready, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false, nil
@@ -144,12 +208,46 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
-	poll("the leader election Lease", time.Minute, func(ctx context.Context) (bool, error) {
+	var holder string
+	c.poll(ctx, t, "the leader election Lease", time.Minute, func(ctx context.Context) (bool, error) {
 		lease, err := cs.CoordinationV1().Leases(releaseNS).Get(ctx, "fulfiller-leader-election", metav1.GetOptions{})
-		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		holder = *lease.Spec.HolderIdentity
+		return holder != "" && holder != previousHolder, nil
 	})
+	return holder
+}
 
-	// examples/local's NodeClass, as `make demo` fills it in.
+// reconciles is how many reconciles of a controller-runtime controller have succeeded, from
+// the controller's /metrics.
+func (c *controllerProc) reconciles(ctx context.Context, controller string) (float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.metrics, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	prefix := `controller_runtime_reconcile_total{controller="` + controller + `",result="success"} `
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, nil
+}
+
+// createNodeClass creates examples/local's NodeClass, as `make demo` fills it in, with states
+// encrypted by the passphrase the controller made on its first start, and waits until it is
+// Ready (the module check, the join preflight's SubjectAccessReviews and cluster-info read,
+// the status write).
+func (h *harness) createNodeClass(ctx context.Context, t *testing.T, c *controllerProc) {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(root, "examples", "local", "nodeclass.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -158,32 +256,30 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 	if err != nil {
 		t.Fatal(err)
 	}
-	filled := strings.NewReplacer("${MODULES}", filepath.Join(root, "modules"), "${SIM_DIR}", filepath.Join(dir, "machines"),
+	filled := strings.NewReplacer("${MODULES}", filepath.Join(root, "modules"), "${SIM_DIR}", h.machines,
 		"${API_SERVER}", server.Host).Replace(string(raw))
 	nc := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(filled), &nc.Object); err != nil {
 		t.Fatal(err)
 	}
-	// States encrypted with the passphrase the controller made on its first start.
 	if err := unstructured.SetNestedMap(nc.Object, map[string]any{"keySecretRef": map[string]any{
 		"name": "fulfiller-state-encryption", "key": "passphrase"}}, "spec", "backend", "encryption"); err != nil {
 		t.Fatal(err)
 	}
-	dyn := dynamic.NewForConfigOrDie(cp.Config)
-	ncs := dyn.Resource(schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "tofunodeclasses"})
+	ncs := h.dyn.Resource(schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "tofunodeclasses"})
 	if _, err := ncs.Create(ctx, nc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the example NodeClass: %v", err)
 	}
 	t.Cleanup(func() { _ = ncs.Delete(context.Background(), nc.GetName(), metav1.DeleteOptions{}) })
 	var last string
-	poll("the example NodeClass to be Ready", time.Minute, func(ctx context.Context) (bool, error) {
+	c.poll(ctx, t, "the example NodeClass to be Ready", time.Minute, func(ctx context.Context) (bool, error) {
 		got, err := ncs.Get(ctx, nc.GetName(), metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
+		for _, cond := range conds {
+			m, _ := cond.(map[string]any)
 			if m["type"] == "Ready" {
 				last = fmt.Sprintf("%v %v: %v", m["status"], m["reason"], m["message"])
 				return m["status"] == "True", nil
@@ -192,16 +288,13 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 		return false, nil
 	})
 	t.Logf("nodeclass %s: Ready %s", nc.GetName(), last)
-	t.Cleanup(func() { stopMachines(t, devBin, filepath.Join(dir, "machines")) })
+	applyYAML(ctx, t, h.dyn, filepath.Join(root, "examples", "local", "nodepool.yaml"), "karpenter.sh", "v1", "nodepools")
+}
 
-	// One claim through its whole life with these rights: a pending pod, a NodeClaim, the
-	// Fulfillment, a bootstrap token in kube-system, tofu apply (as the runner
-	// ServiceAccount: FULFILLER_RUNNER_KUBECONFIG), the machine joins, the token is revoked,
-	// the pod binds; then the pod goes, consolidation deletes the claim, tofu destroys the
-	// machine and the controller removes its state.
-	applyYAML(ctx, t, dyn, filepath.Join(root, "examples", "local", "nodepool.yaml"), "karpenter.sh", "v1", "nodepools")
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "needs-a-node", Namespace: "default"},
+// podNeedingANode is a pending pod for the example NodePool.
+func podNeedingANode(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptrTo(int64(0)),
 			NodeSelector:                  map[string]string{"karpenter.sh/nodepool": "sim"},
@@ -210,19 +303,31 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 			}}},
 		},
 	}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+}
+
+// claimNode takes one claim from a pending pod to a joined node with these rights: a
+// NodeClaim, the Fulfillment, a bootstrap token in kube-system, tofu apply (a runner Job as
+// the runner ServiceAccount), the machine joins, the token is revoked, the pod binds and the
+// Fulfillment is Ready. It returns the claim's name.
+func (h *harness) claimNode(ctx context.Context, t *testing.T, c *controllerProc, podName string) string {
+	t.Helper()
+	pod := podNeedingANode(podName)
+	if _, err := h.cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = h.cs.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))})
+	})
 	var nodeName string
-	poll("the pod to be bound to a node the fulfiller made", 4*time.Minute, func(ctx context.Context) (bool, error) {
-		got, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+	c.poll(ctx, t, "pod "+podName+" to be bound to a node the fulfiller made", 4*time.Minute, func(ctx context.Context) (bool, error) {
+		got, err := h.cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		nodeName = got.Spec.NodeName
 		return nodeName != "", nil
 	})
-	node, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	node, err := h.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,37 +335,129 @@ func runControllerAsChartInstalledIt(ctx context.Context, t *testing.T, cs kuber
 	if claim == "" {
 		claim = nodeName
 	}
-	state, err := cs.CoreV1().Secrets(stateNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{})
+	state, err := h.cs.CoreV1().Secrets(stateNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{})
 	if err != nil {
-		fail("the runner's state of claim %s: %v", claim, err)
+		c.fail(t, "the runner's state of claim %s: %v", claim, err)
 	}
 	if plain := gunzip(t, state.Data["tfstate"]); !strings.Contains(plain, `"encrypted_data"`) {
 		t.Errorf("the state of claim %s is not encrypted:\n%.300s", claim, plain)
 	}
-	poll("the claim's bootstrap token to be revoked", time.Minute, func(ctx context.Context) (bool, error) {
-		tokens, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/nodeclaim=" + claim})
+	c.poll(ctx, t, "the bootstrap token of claim "+claim+" to be revoked", time.Minute, func(ctx context.Context) (bool, error) {
+		tokens, err := h.cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/nodeclaim=" + claim})
 		return err == nil && len(tokens.Items) == 0, err
 	})
-	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}); err != nil {
-		t.Fatal(err)
+	ffs := h.dyn.Resource(fulfillmentsGVR)
+	c.poll(ctx, t, "the Fulfillment of claim "+claim+" to be Ready", time.Minute, func(ctx context.Context) (bool, error) {
+		ff, err := ffs.Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase, _, _ := unstructured.NestedString(ff.Object, "status", "phase")
+		return phase == "Ready", nil
+	})
+	t.Logf("claim %s: applied, joined as node %s", claim, nodeName)
+	return claim
+}
+
+// destroyAll deletes the pods; consolidation then deletes the claims, tofu destroys the
+// machines and the controller removes their states and locks.
+func (h *harness) destroyAll(ctx context.Context, t *testing.T, c *controllerProc, pods []string, claims []string) {
+	t.Helper()
+	for _, pod := range pods {
+		if err := h.cs.CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ffs := dyn.Resource(schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "fulfillments"})
-	poll("consolidation to destroy the machine and remove its state", 4*time.Minute, func(ctx context.Context) (bool, error) {
+	ffs := h.dyn.Resource(fulfillmentsGVR)
+	c.poll(ctx, t, "consolidation to destroy the machines and remove their states", 4*time.Minute, func(ctx context.Context) (bool, error) {
 		list, err := ffs.List(ctx, metav1.ListOptions{})
 		if err != nil || len(list.Items) > 0 {
 			return false, err
 		}
-		_, err = cs.CoreV1().Secrets(stateNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		for _, claim := range claims {
+			if _, err := h.cs.CoreV1().Secrets(stateNS).Get(ctx, "tfstate-default-"+claim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
-	if _, err := cs.CoordinationV1().Leases(stateNS).Get(ctx, "lock-tfstate-default-"+claim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the lock Lease of claim %s is still there: %v", claim, err)
+	for _, claim := range claims {
+		if _, err := h.cs.CoordinationV1().Leases(stateNS).Get(ctx, "lock-tfstate-default-"+claim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the lock Lease of claim %s is still there: %v", claim, err)
+		}
 	}
-	t.Logf("claim %s: applied, joined as node %s, destroyed and its state removed", claim, nodeName)
-
-	if denied := forbiddenLines(logs.String()); len(denied) > 0 {
+	if denied := forbiddenLines(c.logs.String()); len(denied) > 0 {
 		t.Errorf("the controller was denied with the chart's RBAC:\n%s", strings.Join(denied, "\n"))
 	}
+	t.Logf("claims %v: destroyed and their states removed", claims)
+}
+
+var fulfillmentsGVR = schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "fulfillments"}
+
+// fleet is what a claim has bought and keeps: an upgrade must leave it as it was.
+type fleet struct {
+	Fulfillments map[string]string // name: UID, spec, provider ID, phase and runs
+	NodeClaims   map[string]string // name: UID and provider ID
+	Nodes        map[string]string // name: UID
+	States       map[string]string // state Secret: UID and resource version
+	Jobs         []string          // runner Jobs
+	Machines     []string          // simulated machines
+}
+
+func (h *harness) fleet(ctx context.Context, t *testing.T) fleet {
+	t.Helper()
+	f := fleet{Fulfillments: map[string]string{}, NodeClaims: map[string]string{}, Nodes: map[string]string{}, States: map[string]string{}}
+	ffs, err := h.dyn.Resource(fulfillmentsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ff := range ffs.Items {
+		spec, _ := json.Marshal(ff.Object["spec"])
+		providerID, _, _ := unstructured.NestedString(ff.Object, "status", "providerID")
+		phase, _, _ := unstructured.NestedString(ff.Object, "status", "phase")
+		runs, _, _ := unstructured.NestedSlice(ff.Object, "status", "runs")
+		var names []string
+		for _, r := range runs {
+			m, _ := r.(map[string]any)
+			names = append(names, fmt.Sprintf("%v:%v", m["name"], m["phase"]))
+		}
+		f.Fulfillments[ff.GetName()] = fmt.Sprintf("uid=%s spec=%s providerID=%s phase=%s runs=%v", ff.GetUID(), spec, providerID, phase, names)
+	}
+	ncs, err := h.dyn.Resource(schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodeclaims"}).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range ncs.Items {
+		providerID, _, _ := unstructured.NestedString(nc.Object, "status", "providerID")
+		f.NodeClaims[nc.GetName()] = fmt.Sprintf("uid=%s providerID=%s", nc.GetUID(), providerID)
+	}
+	nodes, err := h.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/nodepool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		f.Nodes[n.Name] = string(n.UID)
+	}
+	states, err := h.cs.CoreV1().Secrets(stateNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states.Items {
+		f.States[s.Name] = fmt.Sprintf("uid=%s rv=%s", s.UID, s.ResourceVersion)
+	}
+	jobs, err := h.cs.BatchV1().Jobs(releaseNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Items {
+		f.Jobs = append(f.Jobs, j.Name)
+	}
+	entries, _ := os.ReadDir(h.machines)
+	for _, e := range entries {
+		f.Machines = append(f.Machines, e.Name())
+	}
+	slices.Sort(f.Jobs)
+	return f
 }
 
 // forbiddenLines are the log lines with an API server's "is forbidden" (RBAC denial) error.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,12 +23,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
@@ -37,41 +44,124 @@ const (
 	stateNS = releaseNS + "-states"
 )
 
-// TestInstall installs the chart with `helm install` into the real control plane, checks what
-// it created, asks the authorizer what each ServiceAccount may do, runs tofu with the
-// kubernetes backend as the runner ServiceAccount, and checks that the state encryption
-// passphrase survives an upgrade and an uninstall.
+// TestInstall installs chart 0.1.0 into the real control plane the way its README said,
+// takes a claim to a joined node, then upgrades to the packaged charts of this version (the
+// CRD chart adopting the CRDs, the fulfiller chart with the values of 0.1.0 and the new
+// runner settings) and checks that the claim keeps its Fulfillment, NodeClaim, node, machine
+// and state, and that no run was started for it. Against the upgraded release it checks what
+// helm created, asks the authorizer what each ServiceAccount may do, runs tofu with the
+// kubernetes backend as the runner ServiceAccount, has the upgraded controller destroy the
+// claim with a runner pod that has the new runner settings, upgrades the CRD chart with a CRD
+// that has one more field, and checks that the state encryption passphrase and the CRDs
+// survive an upgrade and an uninstall.
 func TestInstall(t *testing.T) {
-	ctx := ctxFor(t, 5*time.Minute)
+	ctx := ctxFor(t, 15*time.Minute)
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
-	// Karpenter's CRDs first, the way the README says.
-	makeCRDs := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", root, "karpenter-crds",
-		"KUBECTL="+kubectl+" --kubeconfig "+cp.Kubeconfig)
-	if out, err := makeCRDs.CombinedOutput(); err != nil {
-		t.Fatalf("make karpenter-crds: %v\n%s", err, out)
-	}
 	ext := apiextensionsclient.NewForConfigOrDie(cp.Config)
-	for _, name := range []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "capacitybuffers.autoscaling.x-k8s.io"} {
-		waitEstablished(ctx, t, ext, name)
-	}
+	h := newHarness(ctx, t, cs)
+	t.Run("controller refuses to start without Karpenter's CRDs", func(t *testing.T) { h.refusesWithoutCRDs(ctx, t) })
 
+	// Chart 0.1.0 as its README said: Karpenter's CRDs of the embedded core with
+	// `kubectl apply --server-side` (make karpenter-crds did), the fulfiller's in its crds/.
+	applyKarpenterCRDs(ctx, t)
+	for _, crd := range karpenterCRDNames {
+		waitEstablished(ctx, t, ext, crd)
+	}
 	// The release namespace enforces the restricted Pod Security level: the API server's
 	// admission checks the controller's pods and every runner pod.
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Every feature gate the values have, on: the controller must start with each of them.
-	out, err := helmCmd(t, "install", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
-		"--namespace", releaseNS, "--timeout", "2m", "-f", allFeatureGates(t))
+	// Every feature gate the values have, on, by chart 0.1.0's names: the controller must
+	// start with each of them, and the upgrade keeps the values file.
+	oldValues := allFeatureGates(t, true)
+	if out, err := helmCmd(t, "install", "fulfiller", previousChart, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
+		"--timeout", "2m", "-f", oldValues, "--set", "clusterName="+testClusterName); err != nil {
+		t.Fatalf("installing chart 0.1.0: %v\n%s", err, out)
+	}
+	for _, crd := range fulfillerCRDNames {
+		waitEstablished(ctx, t, ext, crd)
+	}
+	// The chart renders no passphrase (helm template would make a new one each time): the
+	// controller creates it on its first start.
+	if _, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the passphrase Secret before the controller ever ran: %v", err)
+	}
+	ctl := h.startController(ctx, t)
+	holder := ctl.waitReady(ctx, t, cs, "")
+	// The controller made the passphrase on its first start; the release does not own it.
+	passphrase := readPassphrase(ctx, t, cs)
+	if secret, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if secret.Labels["app.kubernetes.io/managed-by"] == "Helm" || secret.Annotations["meta.helm.sh/release-name"] != "" {
+		t.Errorf("the passphrase Secret belongs to the helm release: %v %v", secret.Labels, secret.Annotations)
+	}
+	h.createNodeClass(ctx, t, ctl)
+	first := h.claimNode(ctx, t, ctl, "needs-a-node")
+	before := h.fleet(ctx, t)
+
+	// The upgrade: the CRD chart adopts the CRDs that chart 0.1.0 and kubectl installed
+	// (--take-ownership, once), then the fulfiller chart with the same values file and the new
+	// runner settings.
+	chartPackage, crdChartPackage := packaged(t)
+	if out, err := helmCmd(t, "install", "fulfiller-crd", crdChartPackage, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
+		"--take-ownership"); err != nil {
+		t.Fatalf("installing the CRD chart over the CRDs of chart 0.1.0: %v\n%s", err, out)
+	}
+	for _, crd := range append(slices.Clone(karpenterCRDNames), fulfillerCRDNames...) {
+		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Annotations["meta.helm.sh/release-name"] != "fulfiller-crd" || got.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("CRD %s after the CRD chart's install: annotations %v", crd, got.Annotations)
+		}
+	}
+	runnerValues := filepath.Join(t.TempDir(), "runner.yaml")
+	writeFile(t, runnerValues, `
+imagePullSecrets: [{name: registry}]
+runner:
+  podLabels: {example.com/team: platform}
+  podAnnotations: {example.com/cost-center: "42"}
+  env: [{name: EXAMPLE_SETTING, value: "on"}]
+  extraVolumes: [{name: ca, configMap: {name: ca-bundle}}]
+  extraVolumeMounts: [{name: ca, mountPath: /etc/ssl/extra, readOnly: true}]
+`)
+	out, err := helmCmd(t, "upgrade", "fulfiller", chartPackage, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
+		"--timeout", "2m", "-f", oldValues, "--set", "clusterName="+testClusterName, "-f", runnerValues)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// NOTES.txt: the passphrase to reference, and no warning, since Karpenter's CRDs exist.
+	// NOTES.txt: the passphrase to reference, the old names the values use, no CRD warning.
 	_, notes, ok := strings.Cut(out, "NOTES:")
-	if !ok || !strings.Contains(notes, "name: fulfiller-state-encryption") || strings.Contains(notes, "WARNING") {
-		t.Errorf("helm install's output and notes:\n%s", out)
+	if !ok || !strings.Contains(notes, "name: fulfiller-state-encryption") || strings.Contains(notes, "were not found") ||
+		!strings.Contains(notes, "- clusterName: use settings.clusterName") || !strings.Contains(notes, "- settings.featureGates.NodeRepair: use settings.featureGates.nodeRepair") {
+		t.Errorf("helm upgrade's output and notes:\n%s", out)
 	}
+	// The controller restarts with the upgraded Deployment, as its rollout would restart it.
+	ctl.stop()
+	ctl = h.startController(ctx, t)
+	ctl.waitReady(ctx, t, cs, holder)
+	// Once it has reconciled every Fulfillment, nothing the claim bought has changed.
+	ctl.poll(ctx, t, "the upgraded controller to reconcile the Fulfillments", time.Minute, func(ctx context.Context) (bool, error) {
+		n, err := ctl.reconciles(ctx, "fulfillment")
+		return err == nil && n >= float64(len(before.Fulfillments)), nil
+	})
+	if got := readPassphrase(ctx, t, cs); !bytes.Equal(got, passphrase) {
+		t.Error("helm upgrade replaced the state encryption passphrase")
+	}
+	if after := h.fleet(ctx, t); !reflect.DeepEqual(after, before) {
+		t.Errorf("the upgrade changed the fleet:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if len(before.Fulfillments) != 1 || len(before.Machines) != 1 || len(before.States) != 1 {
+		t.Errorf("before the upgrade: %+v, want one claim's Fulfillment, machine and state", before)
+	}
+	if out, err := helmCmd(t, "history", "fulfiller", "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS); err != nil ||
+		!strings.Contains(out, "fulfiller-0.1.0") || !strings.Contains(out, "fulfiller-"+chartVersion(t, chart)) {
+		t.Errorf("helm history: %v\n%s", err, out)
+	}
+
 	// The states' namespace, kept on uninstall.
 	if ns, err := cs.CoreV1().Namespaces().Get(ctx, stateNS, metav1.GetOptions{}); err != nil {
 		t.Errorf("the state namespace: %v", err)
@@ -79,11 +169,7 @@ func TestInstall(t *testing.T) {
 		t.Errorf("the state namespace %s is not kept on uninstall: %v", stateNS, ns.Annotations)
 	}
 
-	// What helm created is served by the API server: our CRDs established, the Deployment,
-	// the ServiceAccounts and the passphrase.
-	for _, name := range []string{"tofunodeclasses.fulfiller.sh", "fulfillments.fulfiller.sh"} {
-		waitEstablished(ctx, t, ext, name)
-	}
+	// What helm created is served by the API server: the Deployment and the ServiceAccounts.
 	dep, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the Deployment was not created: %v", err)
@@ -95,11 +181,6 @@ func TestInstall(t *testing.T) {
 		if _, err := cs.CoreV1().ServiceAccounts(releaseNS).Get(ctx, sa, metav1.GetOptions{}); err != nil {
 			t.Errorf("ServiceAccount %s: %v", sa, err)
 		}
-	}
-	// The chart renders no passphrase (helm template would make a new one each time): the
-	// controller creates it on its first start.
-	if _, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the passphrase Secret before the controller ever ran: %v", err)
 	}
 
 	// The authorizer's table: a runner may use the states and their locks, and nothing else —
@@ -236,34 +317,21 @@ func TestInstall(t *testing.T) {
 		runTofuAsRunner(ctx, t, cs)
 	})
 
-	t.Run("controller runs with the chart's RBAC", func(t *testing.T) {
-		runControllerAsChartInstalledIt(ctx, t, cs)
+	t.Run("the claim made under chart 0.1.0 is destroyed by a runner pod with the runner settings", func(t *testing.T) {
+		if _, err := cs.CoreV1().ConfigMaps(releaseNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ca-bundle"},
+			Data: map[string]string{"ca.pem": "-----BEGIN CERTIFICATE-----\n"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		h.destroyAll(ctx, t, ctl, []string{"needs-a-node"}, []string{first})
+		checkRunnerPod(ctx, t, cs, first, "destroy")
+	})
+	ctl.stop()
+
+	t.Run("CRD chart upgrade serves a new field", func(t *testing.T) {
+		crdUpgradeAddsAField(ctx, t, ext)
 	})
 
-	t.Run("passphrase survives upgrade and uninstall", func(t *testing.T) {
-		// The controller made it on its first start; the release does not own it.
-		passphrase := readPassphrase(ctx, t, cs)
-		secret, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if secret.Labels["app.kubernetes.io/managed-by"] == "Helm" || secret.Annotations["meta.helm.sh/release-name"] != "" {
-			t.Errorf("the passphrase Secret belongs to the helm release: %v %v", secret.Labels, secret.Annotations)
-		}
-		if _, err := helmCmd(t, "upgrade", "fulfiller", chart, "--kubeconfig", cp.Kubeconfig,
-			"--namespace", releaseNS, "--set", "runner.ttl=1h"); err != nil {
-			t.Fatal(err)
-		}
-		if got := readPassphrase(ctx, t, cs); !bytes.Equal(got, passphrase) {
-			t.Fatal("helm upgrade replaced the state encryption passphrase")
-		}
-		dep, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "fulfiller", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !hasEnv(dep.Spec.Template.Spec.Containers[0].Env, "FULFILLER_RUNNER_TTL", "1h") {
-			t.Error("the upgrade did not reach the Deployment")
-		}
+	t.Run("passphrase and CRDs survive uninstall", func(t *testing.T) {
 		if _, err := helmCmd(t, "uninstall", "fulfiller", "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS); err != nil {
 			t.Fatal(err)
 		}
@@ -276,11 +344,167 @@ func TestInstall(t *testing.T) {
 		if _, err := cs.CoreV1().Namespaces().Get(ctx, stateNS, metav1.GetOptions{}); err != nil {
 			t.Errorf("the state namespace went with the release: %v", err)
 		}
+		// The CRDs stay when their chart goes: deleting one deletes every object of its kind.
+		if out, err := helmCmd(t, "uninstall", "fulfiller-crd", "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS); err != nil {
+			t.Fatal(err)
+		} else if !strings.Contains(out, "kept due to the resource policy") {
+			t.Errorf("helm uninstall fulfiller-crd: %s", out)
+		}
+		for _, crd := range append(slices.Clone(karpenterCRDNames), fulfillerCRDNames...) {
+			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
+			if err != nil || got.DeletionTimestamp != nil {
+				t.Errorf("CRD %s after helm uninstall fulfiller-crd: %v", crd, err)
+			}
+		}
 	})
 }
 
-// allFeatureGates writes a values file that turns on every feature gate values.yaml has.
-func allFeatureGates(t *testing.T) string {
+var (
+	karpenterCRDNames = []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "capacitybuffers.autoscaling.x-k8s.io"}
+	fulfillerCRDNames = []string{"tofunodeclasses.fulfiller.sh", "fulfillments.fulfiller.sh"}
+)
+
+// applyKarpenterCRDs applies the embedded Karpenter core's CRDs with
+// `kubectl apply --server-side`, as `make karpenter-crds` did in chart 0.1.0's README: the
+// module's own files (pkg/apis.CRDs are embedded from them).
+func applyKarpenterCRDs(ctx context.Context, t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{"karpenter.sh_nodepools.yaml": karpenterapis.NodePoolCRD, "karpenter.sh_nodeclaims.yaml": karpenterapis.NodeClaimCRD,
+		"karpenter.sh_nodeoverlays.yaml": karpenterapis.NodeOverlayCRD, "autoscaling.x-k8s.io_capacitybuffers.yaml": karpenterapis.CapacityBufferCRD} {
+		writeFile(t, filepath.Join(dir, name), string(data))
+	}
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "-f", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply --server-side of Karpenter's CRDs: %v\n%s", err, out)
+	}
+}
+
+// checkRunnerPod checks the pod of a claim's run (apply or destroy) as the API server has
+// it: the runner settings of the upgraded release, the priority the Priority admission
+// resolved, and the tofu environment with the runner's prefix.
+func checkRunnerPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, claim, operation string) {
+	t.Helper()
+	jobs, err := cs.BatchV1().Jobs(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/nodeclaim=" + claim + ",fulfiller.sh/operation=" + operation})
+	if err != nil || len(jobs.Items) != 1 {
+		t.Fatalf("%s Jobs of claim %s: %v (%d)", operation, claim, err, len(jobs.Items))
+	}
+	pods, err := cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + jobs.Items[0].Name})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods of Job %s: %v (%d)", jobs.Items[0].Name, err, len(pods.Items))
+	}
+	pod := pods.Items[0]
+	if pod.Spec.PriorityClassName != "system-cluster-critical" || pod.Spec.Priority == nil || *pod.Spec.Priority != 2000000000 {
+		t.Errorf("runner pod priority class %q, priority %v; want system-cluster-critical's 2000000000", pod.Spec.PriorityClassName, pod.Spec.Priority)
+	}
+	if len(pod.Spec.ImagePullSecrets) != 1 || pod.Spec.ImagePullSecrets[0].Name != "registry" {
+		t.Errorf("runner pod image pull secrets %v, want the release's imagePullSecrets", pod.Spec.ImagePullSecrets)
+	}
+	if pod.Labels["example.com/team"] != "platform" || pod.Annotations["example.com/cost-center"] != "42" || pod.Labels["karpenter.sh/nodeclaim"] != claim {
+		t.Errorf("runner pod labels %v, annotations %v", pod.Labels, pod.Annotations)
+	}
+	c := pod.Spec.Containers[0]
+	if !hasEnv(c.Env, "FULFILLER_TOFU_ENV_EXAMPLE_SETTING", "on") {
+		t.Errorf("runner container env %v, want EXAMPLE_SETTING for tofu", c.Env)
+	}
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "ca" && v.ConfigMap != nil && v.ConfigMap.Name == "ca-bundle"
+	}) ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == "ca" && m.MountPath == "/etc/ssl/extra" && m.ReadOnly
+		}) {
+		t.Errorf("runner pod volumes %+v, mounts %+v", pod.Spec.Volumes, c.VolumeMounts)
+	}
+}
+
+// crdUpgradeAddsAField upgrades the CRD chart to a copy whose TofuNodeClass CRD has one more
+// field: before the upgrade the API server prunes the field from a class, afterwards it
+// keeps it.
+func crdUpgradeAddsAField(ctx context.Context, t *testing.T, ext apiextensionsclient.Interface) {
+	// The copy: the chart's files, the CRD with spec.addedField, a version one patch higher.
+	copyDir := filepath.Join(t.TempDir(), "fulfiller-crd")
+	if err := os.CopyFS(copyDir, os.DirFS(crdChart)); err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := helmCmd(t, "template", "fulfiller-crd", crdChart, "--show-only", "templates/fulfiller.sh_tofunodeclasses.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal([]byte(rendered), crd); err != nil {
+		t.Fatal(err)
+	}
+	for i := range crd.Spec.Versions {
+		props := crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties
+		spec := props["spec"]
+		spec.Properties["addedField"] = apiextensionsv1.JSONSchemaProps{Type: "string", Description: "a field of the next release"}
+		props["spec"] = spec
+	}
+	data, err := yaml.Marshal(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(copyDir, "templates", "fulfiller.sh_tofunodeclasses.yaml"), string(data))
+	chartYAML := filepath.Join(copyDir, "Chart.yaml")
+	meta, err := os.ReadFile(chartYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := chartVersion(t, crdChart)
+	writeFile(t, chartYAML, strings.Replace(string(meta), "version: "+version, "version: "+version+"-next", 1))
+
+	classes := dynamic.NewForConfigOrDie(cp.Config).Resource(schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "tofunodeclasses"})
+	createWithField := func(name string) string {
+		t.Helper()
+		nc := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "fulfiller.sh/v1alpha1", "kind": "TofuNodeClass", "metadata": map[string]any{"name": name},
+			"spec": map[string]any{"addedField": "kept", "module": map[string]any{"source": "/modules/sim"},
+				"bootstrap": map[string]any{"apiServerEndpoint": "127.0.0.1:6443"},
+				"nodeTypes": []any{map[string]any{"name": "small", "capacity": map[string]any{"cpu": "2", "memory": "4Gi"},
+					"offerings": []any{map[string]any{"zone": "a", "price": "0.01"}}}}},
+		}}
+		got, err := classes.Create(ctx, nc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = classes.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		v, _, _ := unstructured.NestedString(got.Object, "spec", "addedField")
+		return v
+	}
+	if v := createWithField("before-the-field"); v != "" {
+		t.Fatalf("the API server kept spec.addedField before the CRD had it: %q", v)
+	}
+	if out, err := helmCmd(t, "upgrade", "fulfiller-crd", copyDir, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS); err != nil {
+		t.Fatalf("upgrading the CRD chart: %v\n%s", err, out)
+	}
+	// The API server serves the new schema once the CRD is established again.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, "tofunodeclasses.fulfiller.sh", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		_, has := got.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["addedField"]
+		return has && slices.ContainsFunc(got.Status.Conditions, func(c apiextensionsv1.CustomResourceDefinitionCondition) bool {
+			return c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
+		}), nil
+	}); err != nil {
+		t.Fatalf("the upgraded CRD: %v", err)
+	}
+	// The API server's handler of the CRD takes up the new schema shortly after it is stored.
+	var v string
+	tries := 0
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		tries++
+		v = createWithField(fmt.Sprintf("after-the-field-%d", tries))
+		return v == "kept", nil
+	}); err != nil {
+		t.Fatalf("after the CRD chart's upgrade the API server prunes spec.addedField: %q", v)
+	}
+}
+
+// allFeatureGates writes a values file that turns on every feature gate values.yaml has, by
+// chart 0.1.0's names (each with its first letter upper-case) when old is set.
+func allFeatureGates(t *testing.T, old bool) string {
 	t.Helper()
 	var values struct {
 		Settings struct {
@@ -294,6 +518,9 @@ func allFeatureGates(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString("settings:\n  featureGates:\n")
 	for gate := range values.Settings.FeatureGates {
+		if old {
+			gate = strings.ToUpper(gate[:1]) + gate[1:]
+		}
 		fmt.Fprintf(&b, "    %s: true\n", gate)
 	}
 	path := filepath.Join(t.TempDir(), "all-feature-gates.yaml")

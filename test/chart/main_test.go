@@ -1,12 +1,14 @@
 // Copyright The fulfiller Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package chart tests the helm chart charts/fulfiller with the pinned helm: it lints and
-// renders the chart, checks the rendered objects as typed Kubernetes objects, checks that the
-// values schema rejects what it should, then installs the chart with `helm install` into a real
-// control plane (internal/testenv) and asks the API server's authorizer what the controller's
-// and the runners' ServiceAccounts may do. A runner's rights are also exercised for real: tofu
-// runs a module with the kubernetes state backend as the runner ServiceAccount.
+// Package chart tests the helm charts charts/fulfiller and charts/fulfiller-crd with the
+// pinned helm: it lints, renders and packages them, checks the rendered objects as typed
+// Kubernetes objects, checks that the values schema rejects what it should and that the names
+// of chart 0.1.0 still work, then installs chart 0.1.0 into a real control plane
+// (internal/testenv), runs a claim, upgrades to the packaged charts with the claim live, and
+// asks the API server's authorizer what the controller's and the runners' ServiceAccounts may
+// do. A runner's rights are also exercised for real: tofu runs a module with the kubernetes
+// state backend as the runner ServiceAccount.
 package chart
 
 import (
@@ -22,6 +24,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,40 +42,52 @@ import (
 )
 
 var (
-	cp      *testenv.ControlPlane
-	root    string // repository root
-	chart   string // charts/fulfiller
-	helm    string
-	tofu    string
-	kubectl string
+	cp       *testenv.ControlPlane
+	root     string // repository root
+	chart    string // charts/fulfiller
+	crdChart string // charts/fulfiller-crd
+	// previousChart is chart 0.1.0 as `helm package` made it from main before the CRD chart
+	// (the upgrade test installs it first).
+	previousChart string
+	helm          string
+	tofu          string
+	kubectl       string
 )
 
 func TestMain(m *testing.M) {
 	_, file, _, _ := runtime.Caller(0)
 	root = filepath.Join(filepath.Dir(file), "..", "..")
 	chart = filepath.Join(root, "charts", "fulfiller")
+	crdChart = filepath.Join(root, "charts", "fulfiller-crd")
+	previousChart = filepath.Join(filepath.Dir(file), "testdata", "fulfiller-0.1.0.tgz")
 	tools, err := testenv.LookTools("helm", "tofu", "kubectl")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chart tests:", err)
 		os.Exit(1)
 	}
 	helm, tofu, kubectl = tools["helm"], tools["tofu"], tools["kubectl"]
-	// No CRDs: TestInstall installs Karpenter's as the README says (make karpenter-crds), and
-	// the fulfiller's come with the chart.
-	os.Exit(testenv.RunMain(m, &cp, testenv.Options{}))
+	// No CRDs: TestInstall installs them as chart 0.1.0's README said, then the CRD chart.
+	code := testenv.RunMain(m, &cp, testenv.Options{})
+	if packagesDir != "" {
+		_ = os.RemoveAll(packagesDir)
+	}
+	os.Exit(code)
 }
 
-// helmCmd runs the pinned helm with its own folders, so nothing of the machine's helm setup
-// (repositories, plugins, caches) is read or written.
 // testClusterName is the cluster name the tests render and install the chart with.
 const testClusterName = "chart-test"
 
+// helmCmd runs the pinned helm with its own folders, so nothing of the machine's helm setup
+// (repositories, plugins, caches) is read or written. A template, install, upgrade or lint of
+// the fulfiller chart (its folder or its package) gets settings.clusterName unless the
+// arguments name a cluster (TestSchemaRejects checks that the chart requires one).
 func helmCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	home := t.TempDir()
-	if len(args) > 0 && (args[0] == "template" || args[0] == "install" || args[0] == "upgrade" || args[0] == "lint") && !slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "clusterName=") }) {
-		// The chart requires the cluster's name (TestClusterNameRequired checks it).
-		args = append(args, "--set", "clusterName="+testClusterName)
+	current := slices.ContainsFunc(args, func(a string) bool { return a == chart || a == packages.chart && a != "" })
+	if len(args) > 0 && (args[0] == "template" || args[0] == "install" || args[0] == "upgrade" || args[0] == "lint") && current &&
+		!slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "clusterName=") }) {
+		args = append(args, "--set", "settings.clusterName="+testClusterName)
 	}
 	cmd := exec.Command(helm, args...)
 	cmd.Env = append(os.Environ(),
@@ -233,6 +248,45 @@ func envValue(t *testing.T, env map[string]corev1.EnvVar, name string) string {
 		t.Fatalf("env %s comes from %v, want a value", name, e.ValueFrom)
 	}
 	return e.Value
+}
+
+// packages are the charts as `helm package` writes them, made once for the tests that use them.
+var (
+	packagesDir  string
+	packagesOnce sync.Once
+	packagesErr  error
+	packages     struct{ chart, crdChart string }
+)
+
+// packaged returns the paths of the packaged fulfiller and fulfiller-crd charts.
+func packaged(t *testing.T) (chartPackage, crdChartPackage string) {
+	t.Helper()
+	packagesOnce.Do(func() {
+		if packagesDir, packagesErr = os.MkdirTemp("", "fulfiller-chart-packages-"); packagesErr != nil {
+			return
+		}
+		for _, c := range []struct {
+			dir  string
+			into *string
+		}{{chart, &packages.chart}, {crdChart, &packages.crdChart}} {
+			out, err := helmCmd(t, "package", c.dir, "--destination", packagesDir)
+			if err != nil {
+				packagesErr = err
+				return
+			}
+			// "Successfully packaged chart and saved it to: <path>"
+			_, path, ok := strings.Cut(strings.TrimSpace(out), ": ")
+			if !ok {
+				packagesErr = fmt.Errorf("helm package printed %q", out)
+				return
+			}
+			*c.into = path
+		}
+	})
+	if packagesErr != nil {
+		t.Fatalf("packaging the charts: %v", packagesErr)
+	}
+	return packages.chart, packages.crdChart
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -4,11 +4,18 @@
 package chart
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +28,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fulfiller-sh/fulfiller/internal/operator"
 )
 
 func TestLintStrict(t *testing.T) {
@@ -33,15 +43,18 @@ runner:
   image: {repository: registry.example/fulfiller-runner, tag: v9}
   nodeSelector: {node-role.kubernetes.io/infra: ""}
   tolerations: [{key: infra, operator: Exists, effect: NoSchedule}]
+  priorityClassName: ""
+  podLabels: {example.com/team: platform}
+  extraVolumes: [{name: ca, configMap: {name: ca-bundle}}]
+  extraVolumeMounts: [{name: ca, mountPath: /etc/ssl/extra, readOnly: true}]
 stateEncryption: {create: false, existingSecret: my-passphrase}
-metrics:
-  serviceMonitor: {enabled: true, interval: 30s}
+serviceMonitor: {enabled: true, endpointConfig: {interval: 30s}}
 settings:
   ignoreDRARequests: false
-  featureGates: {NodeRepair: true}
+  featureGates: {nodeRepair: true}
 `)
-	for _, args := range [][]string{nil, {"-f", overrides}} {
-		out, err := helmCmd(t, append([]string{"lint", "--strict", chart, "--namespace", "fulfiller"}, args...)...)
+	for _, args := range [][]string{{chart}, {chart, "-f", overrides}, {crdChart, "--set", "additionalAnnotations.a=b"}} {
+		out, err := helmCmd(t, append([]string{"lint", "--strict", "--namespace", "fulfiller"}, args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,6 +85,15 @@ func TestDefaults(t *testing.T) {
 		"FULFILLER_ENCRYPTION_SECRET_KEY":    "passphrase",
 		"FULFILLER_CLUSTER_NAME":             testClusterName,
 		"FULFILLER_ORPHAN_GRACE":             "10m",
+		// Runner pods have the controller's priority class and nothing extra.
+		"FULFILLER_RUNNER_PRIORITY_CLASS":     "system-cluster-critical",
+		"FULFILLER_RUNNER_IMAGE_PULL_SECRETS": "[]",
+		"FULFILLER_RUNNER_POD_LABELS":         "{}",
+		"FULFILLER_RUNNER_POD_ANNOTATIONS":    "{}",
+		"FULFILLER_RUNNER_ENV":                "[]",
+		"FULFILLER_RUNNER_ENV_FROM":           "[]",
+		"FULFILLER_RUNNER_VOLUMES":            "[]",
+		"FULFILLER_RUNNER_VOLUME_MOUNTS":      "[]",
 	}
 	for name, value := range want {
 		if got := envValue(t, env, name); got != value {
@@ -98,6 +120,9 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 
+	if fopts := parseFulfillerOptions(t, env); fopts.RunnerPriorityClass != "system-cluster-critical" {
+		t.Errorf("the controller reads runner priority class %q", fopts.RunnerPriorityClass)
+	}
 	// Karpenter core's settings: every literal env the chart sets is accepted by the options
 	// parser of the Karpenter version the binary embeds.
 	opts := parseKarpenterOptions(t, env)
@@ -223,7 +248,13 @@ func TestDefaults(t *testing.T) {
 func TestOverrides(t *testing.T) {
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	writeFile(t, values, `
-image: {repository: registry.example/fulfiller, digest: "sha256:`+strings.Repeat("ab", 32)+`"}
+controller:
+  image: {repository: registry.example/fulfiller, digest: "sha256:`+strings.Repeat("ab", 32)+`"}
+  env: [{name: HTTPS_PROXY, value: "http://proxy:3128"}]
+  envFrom: [{configMapRef: {name: controller-env}}]
+  extraVolumeMounts: [{name: ca, mountPath: /etc/ssl/extra, readOnly: true}]
+extraVolumes: [{name: ca, configMap: {name: ca-bundle}}]
+imagePullSecrets: [{name: registry}]
 runner:
   image: {repository: registry.example/runner, tag: v2}
   imagePullPolicy: Always
@@ -234,20 +265,42 @@ runner:
   resources: {requests: {cpu: "1", memory: 2Gi}, limits: {memory: 4Gi}}
   nodeSelector: {node-role.kubernetes.io/infra: ""}
   tolerations: [{key: infra, operator: Exists, effect: NoSchedule}]
+  priorityClassName: tofu-runs
+  podLabels: {example.com/team: platform}
+  podAnnotations: {sidecar.istio.io/inject: "false"}
+  env: [{name: HTTPS_PROXY, value: "http://proxy:3128"}, {name: SSL_CERT_FILE, value: /etc/ssl/extra/ca.pem}]
+  envFrom: [{secretRef: {name: s3-credentials}, prefix: S3_}]
+  extraVolumes: [{name: ca, configMap: {name: ca-bundle}}]
+  extraVolumeMounts: [{name: ca, mountPath: /etc/ssl/extra, readOnly: true}]
 leaderElection: {enabled: false}
 replicas: 1
 stateEncryption: {create: false, existingSecret: my-passphrase}
 stateNamespace: {name: tofu-states, create: false}
-metrics:
-  serviceMonitor: {enabled: true, interval: 30s, additionalLabels: {release: prom}}
+serviceMonitor: {enabled: true, endpointConfig: {interval: 30s}, additionalLabels: {release: prom}, relabelings: [{action: labeldrop, regex: pod}]}
 settings:
   ignoreDRARequests: false
-  featureGates: {NodeRepair: true, SpotToSpotConsolidation: true}
+  featureGates: {nodeRepair: true, spotToSpotConsolidation: true}
 `)
 	m := render(t, "tofu", "-f", values)
-	_, c, env := controller(t, m)
+	d, c, env := controller(t, m)
 	if c.Image != "registry.example/fulfiller@sha256:"+strings.Repeat("ab", 32) {
 		t.Errorf("image %q, want the digest", c.Image)
+	}
+	pod := d.Spec.Template.Spec
+	if envValue(t, env, "HTTPS_PROXY") != "http://proxy:3128" || len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef.Name != "controller-env" {
+		t.Errorf("controller env %v, envFrom %+v", c.Env, c.EnvFrom)
+	}
+	if len(pod.Volumes) != 3 || pod.Volumes[2].ConfigMap == nil || len(c.VolumeMounts) != 3 || c.VolumeMounts[2].MountPath != "/etc/ssl/extra" {
+		t.Errorf("controller volumes %+v, mounts %+v", pod.Volumes, c.VolumeMounts)
+	}
+	// The runner pods' settings reach the controller, which accepts them.
+	fopts := parseFulfillerOptions(t, env)
+	if fopts.RunnerPriorityClass != "tofu-runs" || len(fopts.RunnerImagePullSecrets) != 1 || fopts.RunnerImagePullSecrets[0].Name != "registry" ||
+		fopts.RunnerPodLabels["example.com/team"] != "platform" || fopts.RunnerPodAnnotations["sidecar.istio.io/inject"] != "false" ||
+		len(fopts.RunnerTofuEnv) != 2 || fopts.RunnerTofuEnv[1].Value != "/etc/ssl/extra/ca.pem" ||
+		len(fopts.RunnerTofuEnvFrom) != 1 || fopts.RunnerTofuEnvFrom[0].Prefix != "S3_" || fopts.RunnerTofuEnvFrom[0].SecretRef.Name != "s3-credentials" ||
+		len(fopts.RunnerVolumes) != 1 || fopts.RunnerVolumes[0].ConfigMap.Name != "ca-bundle" || len(fopts.RunnerVolumeMounts) != 1 || !fopts.RunnerVolumeMounts[0].ReadOnly {
+		t.Errorf("runner pod settings as the controller reads them: %+v", fopts)
 	}
 	want := map[string]string{
 		"FULFILLER_NAMESPACE":                "tofu",
@@ -306,6 +359,10 @@ settings:
 	if sm.GetKind() != "ServiceMonitor" || sm.GetLabels()["release"] != "prom" {
 		t.Errorf("ServiceMonitor %s with labels %v", sm.GetKind(), sm.GetLabels())
 	}
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if ep, _ := endpoints[0].(map[string]any); len(endpoints) != 1 || ep["interval"] != "30s" || ep["port"] != "http-metrics" || ep["relabelings"] == nil {
+		t.Errorf("ServiceMonitor endpoints %v", endpoints)
+	}
 	core := find[*rbacv1.ClusterRole](t, m, "fulfiller-karpenter-core")
 	if !grants(core.Rules, "resource.k8s.io", "resourceslices", "list") {
 		t.Error("no DRA rules although settings.ignoreDRARequests is false")
@@ -351,12 +408,20 @@ func TestSchemaRejects(t *testing.T) {
 		{"runner.applyDeadline=30m", "additional properties 'applyDeadline' not allowed"},
 		{"runner.maxConcurrent=-1", "/runner/maxConcurrent"},
 		{"logLevel=warn", "/logLevel"},
-		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
-		{"metrics.port=70000", "/metrics/port"},
+		{"imagePullPolicy=Sometimes", "/imagePullPolicy"},
+		{"controller.metrics.port=70000", "/controller/metrics/port"},
+		{"controller.image.tags=v1", "/controller/image"},
 		{"settings.preferencePolicy=Maybe", "/settings/preferencePolicy"},
 		{"leaderElection.enabled=yes", "/leaderElection/enabled"},
-		{"clusterName=prod eu", "/clusterName"},
+		{"settings.clusterName=prod eu", "/settings/clusterName"},
 		{"orphanGracePeriod=ten", "/orphanGracePeriod"},
+		{"settings.featureGates.nodeRepairs=true", "/settings/featureGates"},
+		{"runner.podLabels.team=5", "/runner/podLabels/team"},
+		{"runner.extraVolumes[0].configMap.name=ca", "/runner/extraVolumes/0"},
+		{"serviceMonitor.interval=30s", "/serviceMonitor"},
+		// The names of chart 0.1.0 are checked as strictly as before.
+		{"metrics.port=70000", "/metrics/port"},
+		{"clusterName=prod eu", "/clusterName"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.set, func(t *testing.T) {
@@ -376,55 +441,224 @@ func TestSchemaRejects(t *testing.T) {
 		})
 	}
 	// Template-level checks.
-	if _, err := helmCmd(t, "template", "fulfiller", chart, "--set", "clusterName="); err == nil || !strings.Contains(err.Error(), "clusterName is required") {
+	if _, err := helmCmd(t, "template", "fulfiller", chart, "--set", "settings.clusterName="); err == nil || !strings.Contains(err.Error(), "settings.clusterName is required") {
 		t.Fatalf("no cluster name: %v", err)
 	}
 	_, err := helmCmd(t, "template", "fulfiller", chart, "--set", "stateEncryption.existingSecret=mine")
 	if err == nil || !strings.Contains(err.Error(), "set either create or existingSecret") {
 		t.Fatalf("create and existingSecret together: %v", err)
 	}
-	_, err = helmCmd(t, "template", "fulfiller", chart, "--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false")
-	if err == nil || !strings.Contains(err.Error(), "needs metrics.service.enabled") {
+	_, err = helmCmd(t, "template", "fulfiller", chart, "--set", "serviceMonitor.enabled=true,service.enabled=false")
+	if err == nil || !strings.Contains(err.Error(), "needs service.enabled") {
 		t.Fatalf("ServiceMonitor without Service: %v", err)
 	}
 }
 
-// TestCRDsInSync checks that the chart carries exactly the generated CRDs (make chart-crds).
-func TestCRDsInSync(t *testing.T) {
+// TestCRDChart checks what the fulfiller-crd chart renders: exactly the fulfiller's CRDs
+// (api/crds) and those of the Karpenter core the binary embeds, each kept on uninstall, with
+// specs equal to their sources; the fulfiller chart renders no CRD. Both charts name the
+// embedded core's version, go.mod's.
+func TestCRDChart(t *testing.T) {
+	out, err := helmCmd(t, "template", "fulfiller-crd", crdChart, "--set", "additionalAnnotations.example\\.com/owner=platform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := goModVersion(t, "sigs.k8s.io/karpenter")
+	sources := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, crd := range karpenterapis.CRDs {
+		sources[crd.Name] = crd
+	}
 	generated, err := filepath.Glob(filepath.Join(root, "api", "crds", "*.yaml"))
 	if err != nil || len(generated) == 0 {
 		t.Fatalf("no generated CRDs in api/crds: %v", err)
 	}
-	inChart, err := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
+	for _, path := range generated {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		readYAML(t, path, crd)
+		sources[crd.Name] = crd
+	}
+	rendered := all[*apiextensionsv1.CustomResourceDefinition](m)
+	if len(rendered) != len(sources) || len(m.objects) != len(rendered) {
+		t.Errorf("the CRD chart renders %s; want the %d CRDs of api/crds and Karpenter core %s, nothing else", m.summary(), len(sources), version)
+	}
+	for _, crd := range rendered {
+		src, ok := sources[crd.Name]
+		if !ok {
+			t.Errorf("CRD %s is neither the fulfiller's nor Karpenter core's", crd.Name)
+			continue
+		}
+		if !reflect.DeepEqual(normalizedJSON(t, crd.Spec), normalizedJSON(t, src.Spec)) {
+			t.Errorf("CRD %s differs from its source: run make generate", crd.Name)
+		}
+		want := map[string]string{"helm.sh/resource-policy": "keep", "example.com/owner": "platform"}
+		if strings.HasSuffix(crd.Spec.Group, "x-k8s.io") || crd.Spec.Group == "karpenter.sh" {
+			want[operator.KarpenterCoreVersionAnnotation] = version
+		}
+		for k, v := range want {
+			if crd.Annotations[k] != v {
+				t.Errorf("CRD %s: annotation %s=%q, want %q", crd.Name, k, crd.Annotations[k], v)
+			}
+		}
+	}
+	for _, c := range []string{chart, crdChart} {
+		var meta struct {
+			KubeVersion string            `json:"kubeVersion"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		readYAML(t, filepath.Join(c, "Chart.yaml"), &meta)
+		if meta.Annotations[operator.KarpenterCoreVersionAnnotation] != version || meta.KubeVersion == "" {
+			t.Errorf("%s: kubeVersion %q, annotations %v; want the embedded core %s", filepath.Base(c), meta.KubeVersion, meta.Annotations, version)
+		}
+	}
+	if crds := all[*apiextensionsv1.CustomResourceDefinition](render(t, "fulfiller")); len(crds) > 0 {
+		t.Errorf("the fulfiller chart renders %d CRDs: they are the fulfiller-crd chart's", len(crds))
+	}
+}
+
+// TestKubeVersion: both charts refuse a cluster older than their kubeVersion.
+func TestKubeVersion(t *testing.T) {
+	for _, c := range []string{chart, crdChart} {
+		_, err := helmCmd(t, "template", "x", c, "--kube-version", "1.29.0")
+		if err == nil || !strings.Contains(err.Error(), "incompatible with Kubernetes v1.29.0") {
+			t.Errorf("%s on Kubernetes 1.29: %v", filepath.Base(c), err)
+		}
+		if _, err := helmCmd(t, "template", "x", c, "--kube-version", "1.36.3"); err != nil {
+			t.Errorf("%s on Kubernetes 1.36.3: %v", filepath.Base(c), err)
+		}
+	}
+}
+
+// TestPackages checks what `helm package` makes of both charts: archives that lint and hold
+// every file of the chart's folder that .helmignore does not exclude, and nothing else.
+// TestInstall installs them.
+func TestPackages(t *testing.T) {
+	chartPackage, crdChartPackage := packaged(t)
+	for _, p := range []struct{ dir, tgz string }{{chart, chartPackage}, {crdChart, crdChartPackage}} {
+		name := filepath.Base(p.dir)
+		if want := name + "-" + chartVersion(t, p.dir) + ".tgz"; filepath.Base(p.tgz) != want {
+			t.Errorf("package %s, want %s", filepath.Base(p.tgz), want)
+		}
+		out, err := helmCmd(t, "lint", "--strict", p.tgz)
+		if err != nil || !strings.Contains(out, "0 chart(s) failed") {
+			t.Errorf("helm lint %s: %v\n%s", filepath.Base(p.tgz), err, out)
+		}
+		var want []string
+		err = filepath.WalkDir(p.dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(p.dir, path)
+			if !strings.HasSuffix(rel, ".go") {
+				want = append(want, name+"/"+rel)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := tarFiles(t, p.tgz)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s holds %v, want the chart's files %v", filepath.Base(p.tgz), got, want)
+		}
+		for _, must := range []string{name + "/Chart.yaml", name + "/values.yaml", name + "/values.schema.json", name + "/README.md"} {
+			if !slices.Contains(got, must) {
+				t.Errorf("%s has no %s", filepath.Base(p.tgz), must)
+			}
+		}
+	}
+}
+
+func chartVersion(t *testing.T, dir string) string {
+	t.Helper()
+	var meta struct {
+		Version string `json:"version"`
+	}
+	readYAML(t, filepath.Join(dir, "Chart.yaml"), &meta)
+	return meta.Version
+}
+
+// tarFiles lists the regular files of a .tgz, sorted.
+func tarFiles(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := func(paths []string) []string {
-		var out []string
-		for _, p := range paths {
-			out = append(out, filepath.Base(p))
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		return out
-	}
-	if !slices.Equal(names(generated), names(inChart)) {
-		t.Fatalf("chart CRDs %v differ from api/crds %v: run make generate", names(inChart), names(generated))
-	}
-	for _, p := range generated {
-		a, _ := os.ReadFile(p)
-		b, _ := os.ReadFile(filepath.Join(chart, "crds", filepath.Base(p)))
-		if !bytes.Equal(a, b) {
-			t.Errorf("charts/fulfiller/crds/%s differs from api/crds: run make generate", filepath.Base(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			files = append(files, h.Name)
 		}
 	}
-	m := render(t, "fulfiller")
-	var crdNames []string
-	for _, crd := range all[*apiextensionsv1.CustomResourceDefinition](m) {
-		crdNames = append(crdNames, crd.Name)
+	slices.Sort(files)
+	return files
+}
+
+// normalizedJSON is v as plain JSON values, so that specs compare by value.
+func normalizedJSON(t *testing.T, v any) any {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(crdNames)
-	if !slices.Equal(crdNames, []string{"fulfillments.fulfiller.sh", "tofunodeclasses.fulfiller.sh"}) {
-		t.Errorf("rendered CRDs %v: the chart carries the fulfiller's CRDs only (Karpenter's are a prerequisite)", crdNames)
+	var out any
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
 	}
+	return out
+}
+
+// goModVersion is the version go.mod requires of a module (a test binary has no build
+// information of its modules).
+func goModVersion(t *testing.T, module string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == module {
+			return f[1]
+		}
+	}
+	t.Fatalf("go.mod does not require %s", module)
+	return ""
+}
+
+// parseFulfillerOptions parses the chart's FULFILLER_* environment as the controller does
+// (internal/operator), which checks the runner pods' settings too.
+func parseFulfillerOptions(t *testing.T, env map[string]corev1.EnvVar) *operator.Options {
+	t.Helper()
+	for name, e := range env {
+		if e.ValueFrom == nil && strings.HasPrefix(name, "FULFILLER_") {
+			t.Setenv(name, e.Value)
+		}
+	}
+	opts := &operator.Options{}
+	fs := &coreoptions.FlagSet{FlagSet: flag.NewFlagSet("fulfiller", flag.ContinueOnError)}
+	opts.AddFlags(fs)
+	if err := opts.Parse(fs); err != nil {
+		t.Fatalf("the controller rejects the chart's environment: %v", err)
+	}
+	return opts
 }
 
 func parseKarpenterOptions(t *testing.T, env map[string]corev1.EnvVar) *coreoptions.Options {
@@ -558,4 +792,214 @@ func readYAML(t *testing.T, path string, into any) {
 	if err := yaml.Unmarshal(data, into); err != nil {
 		t.Fatalf("parsing %s: %v", path, err)
 	}
+}
+
+// renamedValues are the names of chart 0.1.0 that chart 0.2.0 renamed, old → new, as
+// templates/_helpers.tpl lists them (fulfiller.renamedValues).
+func renamedValues(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(chart, "templates", "_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), `{{- define "fulfiller.renamedValues" -}}`)
+	block, _, ok2 := strings.Cut(rest, "{{- end }}")
+	if !ok || !ok2 {
+		t.Fatal("templates/_helpers.tpl has no fulfiller.renamedValues")
+	}
+	var renamed map[string]string
+	if err := yaml.UnmarshalStrict([]byte(block), &renamed); err != nil || len(renamed) == 0 {
+		t.Fatalf("parsing fulfiller.renamedValues: %v", err)
+	}
+	return renamed
+}
+
+// nested is a values document that sets one dotted path.
+func nested(path string, value any) map[string]any {
+	keys := strings.Split(path, ".")
+	doc := map[string]any{keys[len(keys)-1]: value}
+	for i := len(keys) - 2; i >= 0; i-- {
+		doc = map[string]any{keys[i]: doc}
+	}
+	return doc
+}
+
+// TestDeprecatedValues: each name of chart 0.1.0 that chart 0.2.0 renamed still works for
+// one release: set to a value that changes the manifest, it renders exactly as its new name
+// set to the same value does. The schema marks each as deprecated, the README lists it, and
+// NOTES.txt warns about the ones set.
+func TestDeprecatedValues(t *testing.T) {
+	renamed := renamedValues(t)
+	// A value for each old name that differs from the default, and values that make it show.
+	values := map[string]struct {
+		value any
+		base  string
+	}{
+		"clusterName":                             {"other-cluster", ""},
+		"image.repository":                        {"registry.example/fulfiller", ""},
+		"image.tag":                               {"v9", ""},
+		"image.digest":                            {"sha256:" + strings.Repeat("ab", 32), ""},
+		"image.pullPolicy":                        {"Always", ""},
+		"resources":                               {map[string]any{"requests": map[string]any{"cpu": "1", "memory": "1Gi"}}, ""},
+		"securityContext":                         {map[string]any{"readOnlyRootFilesystem": true, "runAsNonRoot": true}, ""},
+		"extraEnv":                                {[]any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}}, ""},
+		"metrics.port":                            {9000, ""},
+		"healthProbe.port":                        {9001, ""},
+		"metrics.service.enabled":                 {false, ""},
+		"metrics.service.port":                    {9100, ""},
+		"metrics.service.annotations":             {map[string]any{"example.com/scrape": "true"}, ""},
+		"metrics.serviceMonitor.enabled":          {true, ""},
+		"metrics.serviceMonitor.additionalLabels": {map[string]any{"release": "prom"}, "serviceMonitor: {enabled: true}"},
+		"metrics.serviceMonitor.endpointConfig":   {map[string]any{"scrapeTimeout": "10s"}, "serviceMonitor: {enabled: true}"},
+		"metrics.serviceMonitor.interval":         {"30s", "serviceMonitor: {enabled: true}"},
+	}
+	var gates struct {
+		Settings struct {
+			FeatureGates map[string]bool `json:"featureGates"`
+		} `json:"settings"`
+	}
+	readYAML(t, filepath.Join(chart, "values.yaml"), &gates)
+	for gate, on := range gates.Settings.FeatureGates {
+		old := "settings.featureGates." + strings.ToUpper(gate[:1]) + gate[1:]
+		values[old] = struct {
+			value any
+			base  string
+		}{!on, ""}
+	}
+	var schema map[string]any
+	readYAML(t, filepath.Join(chart, "values.schema.json"), &schema)
+	readme, err := os.ReadFile(filepath.Join(chart, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := map[string]string{} // renders without a renamed value, by base values
+	for old, new := range renamed {
+		t.Run(old, func(t *testing.T) {
+			v, ok := values[old]
+			if !ok {
+				t.Fatalf("no test value for %s (renamed to %s)", old, new)
+			}
+			renderWith := func(doc map[string]any) string {
+				args := []string{"template", "fulfiller", chart, "--namespace", "fulfiller"}
+				if v.base != "" {
+					base := filepath.Join(t.TempDir(), "base.yaml")
+					writeFile(t, base, v.base)
+					args = append(args, "-f", base)
+				}
+				if old == "clusterName" && doc != nil {
+					// helmCmd's --set settings.clusterName, which wins over a values file, is
+					// left out when the arguments name a cluster.
+					for path, value := range flatten(doc) {
+						args = append(args, "--set", fmt.Sprintf("%s=%v", path, value))
+					}
+					doc = nil
+				}
+				if doc != nil {
+					data, err := yaml.Marshal(doc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					path := filepath.Join(t.TempDir(), "values.yaml")
+					writeFile(t, path, string(data))
+					args = append(args, "-f", path)
+				}
+				out, err := helmCmd(t, args...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			if _, ok := defaults[v.base]; !ok {
+				defaults[v.base] = renderWith(nil)
+			}
+			withOld, withNew := renderWith(nested(old, v.value)), renderWith(nested(new, v.value))
+			if withOld == defaults[v.base] {
+				t.Errorf("setting %s changes nothing: the test value shows nothing", old)
+			}
+			if withOld != withNew {
+				t.Errorf("%s renders differently from %s:\n%s", old, new, lineDiff(withNew, withOld))
+			}
+			if s := schemaAt(schema, old); s == nil || s["deprecated"] != true || !strings.Contains(fmt.Sprint(s["description"]), "use "+new) {
+				t.Errorf("the schema does not mark %s as deprecated for %s: %v", old, new, s)
+			}
+			if !bytes.Contains(readme, []byte("| `"+old+"` | `"+new+"` |")) {
+				t.Errorf("README.md's deprecated values do not list %s → %s", old, new)
+			}
+		})
+	}
+	// The notes of an install name the old names set, and only those.
+	notes := func(args ...string) string {
+		out, err := helmCmd(t, append([]string{"install", "fulfiller", chart, "--namespace", "fulfiller", "--dry-run=client", "--kubeconfig", cp.Kubeconfig}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, n, _ := strings.Cut(out, "NOTES:")
+		return n
+	}
+	if n := notes(); strings.Contains(n, "renamed") {
+		t.Errorf("notes with the new names warn of renamed values:\n%s", n)
+	}
+	n := notes("--set", "clusterName=old-name,metrics.port=9000,settings.featureGates.NodeRepair=true")
+	for _, want := range []string{"WARNING: these values were renamed in chart 0.2.0", "- clusterName: use settings.clusterName",
+		"- metrics.port: use controller.metrics.port", "- settings.featureGates.NodeRepair: use settings.featureGates.nodeRepair"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("the notes do not say %q:\n%s", want, n)
+		}
+	}
+	if strings.Contains(n, "- healthProbe.port") {
+		t.Errorf("the notes name an old value that is not set:\n%s", n)
+	}
+}
+
+// flatten is a values document's leaves by dotted path.
+func flatten(doc map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range doc {
+		if m, ok := v.(map[string]any); ok {
+			for path, leaf := range flatten(m) {
+				out[k+"."+path] = leaf
+			}
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// schemaAt is the schema of a dotted values path, or nil.
+func schemaAt(schema map[string]any, path string) map[string]any {
+	at := schema
+	for _, key := range strings.Split(path, ".") {
+		props, _ := at["properties"].(map[string]any)
+		next, _ := props[key].(map[string]any)
+		if next == nil {
+			return nil
+		}
+		at = next
+	}
+	return at
+}
+
+// lineDiff is the lines of b that are not in a, and those of a not in b.
+func lineDiff(a, b string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	ina, inb := in(a), in(b)
+	var out []string
+	for _, l := range strings.Split(b, "\n") {
+		if !ina[l] {
+			out = append(out, "+ "+l)
+		}
+	}
+	for _, l := range strings.Split(a, "\n") {
+		if !inb[l] {
+			out = append(out, "- "+l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

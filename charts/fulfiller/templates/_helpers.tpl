@@ -69,7 +69,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The controller's image. */}}
 {{- define "fulfiller.image" -}}
-{{- include "fulfiller.imageRef" (list .Values.image .Chart.AppVersion) }}
+{{- include "fulfiller.imageRef" (list .Values.controller.image .Chart.AppVersion) }}
 {{- end }}
 
 {{/* The runners' image: runner.image when it names a repository, else the controller's. */}}
@@ -100,11 +100,110 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (printf "%s-states" .Release.Namespace | trunc 63 | trimSuffix "-") .Values.stateNamespace.name }}
 {{- end }}
 
-{{/* Karpenter's FEATURE_GATES value from settings.featureGates (sorted by name). */}}
+{{/*
+Karpenter's FEATURE_GATES value from settings.featureGates, sorted: each gate's name with its
+first letter upper-case (nodeRepair is Karpenter's NodeRepair). Names that start upper-case
+are the deprecated ones, which fulfiller.migrateValues has copied.
+*/}}
 {{- define "fulfiller.featureGates" -}}
 {{- $gates := list }}
 {{- range $name, $on := .Values.settings.featureGates }}
-{{- $gates = append $gates (printf "%s=%t" $name $on) }}
+{{- $first := substr 0 1 $name }}
+{{- if eq $first (lower $first) }}
+{{- $gates = append $gates (printf "%s%s=%t" (upper $first) (substr 1 -1 $name) $on) }}
+{{- end }}
 {{- end }}
 {{- join "," $gates }}
+{{- end }}
+
+{{/*
+Values renamed in chart 0.2.0 after Karpenter's chart: old name → new name. The old names are
+read until chart 0.3.0, and NOTES.txt warns when one is set. A set old name wins over its new
+name (whose default values.yaml always sets).
+*/}}
+{{- define "fulfiller.renamedValues" -}}
+clusterName: settings.clusterName
+image.repository: controller.image.repository
+image.tag: controller.image.tag
+image.digest: controller.image.digest
+image.pullPolicy: imagePullPolicy
+resources: controller.resources
+securityContext: controller.securityContext
+extraEnv: controller.env
+metrics.port: controller.metrics.port
+healthProbe.port: controller.healthProbe.port
+metrics.service.enabled: service.enabled
+metrics.service.port: service.port
+metrics.service.annotations: service.annotations
+metrics.serviceMonitor.enabled: serviceMonitor.enabled
+metrics.serviceMonitor.additionalLabels: serviceMonitor.additionalLabels
+metrics.serviceMonitor.endpointConfig: serviceMonitor.endpointConfig
+metrics.serviceMonitor.interval: serviceMonitor.endpointConfig.interval
+settings.featureGates.NodeRepair: settings.featureGates.nodeRepair
+settings.featureGates.ReservedCapacity: settings.featureGates.reservedCapacity
+settings.featureGates.SpotToSpotConsolidation: settings.featureGates.spotToSpotConsolidation
+settings.featureGates.NodeOverlay: settings.featureGates.nodeOverlay
+settings.featureGates.StaticCapacity: settings.featureGates.staticCapacity
+settings.featureGates.CapacityBuffer: settings.featureGates.capacityBuffer
+settings.featureGates.TerminateFirstDrift: settings.featureGates.terminateFirstDrift
+settings.featureGates.TerminateFirstRepair: settings.featureGates.terminateFirstRepair
+settings.featureGates.PodDeletionCostManagement: settings.featureGates.podDeletionCostManagement
+{{- end }}
+
+{{/*
+"true" when a dotted path of .Values leads through maps to a key that is present and not null.
+*/}}
+{{- define "fulfiller.valueSet" -}}
+{{- $at := index . 0 -}}
+{{- $found := true -}}
+{{- range $key := splitList "." (index . 1) -}}
+{{- if and $found (kindIs "map" $at) (hasKey $at $key) (not (kindIs "invalid" (get $at $key))) -}}
+{{- $at = get $at $key -}}
+{{- else -}}
+{{- $found = false -}}
+{{- end -}}
+{{- end -}}
+{{- if $found }}true{{ end -}}
+{{- end }}
+
+{{/*
+Copies every set old name of fulfiller.renamedValues to its new name in .Values (a map merged
+over the new name's default, as helm merges values). Each template that reads a renamed value
+calls it first (helm renders templates in no order it promises); copying again changes
+nothing.
+*/}}
+{{- define "fulfiller.migrateValues" -}}
+{{- $values := .Values -}}
+{{- range $old, $new := include "fulfiller.renamedValues" . | fromYaml -}}
+{{- if include "fulfiller.valueSet" (list $values $old) -}}
+{{- $value := $values -}}
+{{- range $key := splitList "." $old -}}
+{{- $value = get $value $key -}}
+{{- end -}}
+{{- $at := $values -}}
+{{- $keys := splitList "." $new -}}
+{{- range $key := initial $keys -}}
+{{- if not (kindIs "map" (get $at $key)) -}}
+{{- $_ := set $at $key dict -}}
+{{- end -}}
+{{- $at = get $at $key -}}
+{{- end -}}
+{{- $current := get $at (last $keys) -}}
+{{- if and (kindIs "map" $value) (kindIs "map" $current) -}}
+{{- /* As helm merges a map value with its default: key by key, the value winning. */ -}}
+{{- $value = mergeOverwrite (deepCopy $current) $value -}}
+{{- end -}}
+{{- $_ := set $at (last $keys) $value -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The old names of fulfiller.renamedValues that are set, one "old: use new" a line. */}}
+{{- define "fulfiller.deprecatedValuesSet" -}}
+{{- $values := .Values -}}
+{{- range $old, $new := include "fulfiller.renamedValues" . | fromYaml -}}
+{{- if include "fulfiller.valueSet" (list $values $old) }}
+  - {{ $old }}: use {{ $new }}
+{{- end -}}
+{{- end -}}
 {{- end }}
