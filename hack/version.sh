@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the version a build of this tree carries (the binary's `fulfiller version`, the image's
 # tag and label): VERSION's semantic version when HEAD is its release tag (v<VERSION>) and the
-# tree is clean, otherwise a pre-release of it named after the commit, 0.1.0-dev.<commit>, with
+# tree is clean, otherwise a pre-release of it named after the commit, 0.2.0-dev.<commit>, with
 # .dirty when the tree has changes. Two builds of the same tree get the same version.
 set -euo pipefail
 cd "$(dirname "$0")/.."

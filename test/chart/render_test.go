@@ -100,8 +100,8 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("env %s = %q, want %q", name, got, value)
 		}
 	}
-	if c.Image != "ghcr.io/fulfiller-sh/fulfiller:0.1.0" {
-		t.Errorf("image %q, want the chart's appVersion as tag", c.Image)
+	if want := "ghcr.io/fulfiller-sh/fulfiller:" + projectVersion(t); c.Image != want {
+		t.Errorf("image %q, want %q (the chart's appVersion as tag)", c.Image, want)
 	}
 	if !slices.Equal(c.Args, []string{"controller"}) {
 		t.Errorf("args %v, want [controller] (the image's entrypoint is fulfiller)", c.Args)
@@ -573,6 +573,44 @@ func TestPackages(t *testing.T) {
 	}
 }
 
+// TestVersions: VERSION is the one source of the version being made (CHANGELOG.md says so);
+// both charts' version and appVersion equal it, so the image tag the chart defaults to is the
+// binary's release, and the CHANGELOG has a section for it or an Unreleased one.
+func TestVersions(t *testing.T) {
+	version := projectVersion(t)
+	for _, dir := range []string{chart, crdChart} {
+		var meta struct {
+			Version    string `json:"version"`
+			AppVersion string `json:"appVersion"`
+		}
+		readYAML(t, filepath.Join(dir, "Chart.yaml"), &meta)
+		if meta.Version != version || meta.AppVersion != version {
+			t.Errorf("%s/Chart.yaml: version %q, appVersion %q; want VERSION's %q for both", filepath.Base(dir), meta.Version, meta.AppVersion, version)
+		}
+	}
+	changelog, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(changelog, []byte("\n## [Unreleased]\n")) && !bytes.Contains(changelog, []byte("\n## ["+version+"] - ")) {
+		t.Errorf("CHANGELOG.md has neither an Unreleased section nor one for %s", version)
+	}
+}
+
+// projectVersion is VERSION's semantic version.
+func projectVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := strings.TrimSpace(string(data))
+	if v == "" {
+		t.Fatal("VERSION is empty")
+	}
+	return v
+}
+
 func chartVersion(t *testing.T, dir string) string {
 	t.Helper()
 	var meta struct {
@@ -927,9 +965,11 @@ func TestDeprecatedValues(t *testing.T) {
 			}
 		})
 	}
-	// The notes of an install name the old names set, and only those.
+	// The notes of an install name the old names set, and only those. A dry run still asks the
+	// API server whether the release's objects exist already: a release name and namespace of
+	// its own keep it clear of TestInstall's release (its ClusterRoles are named after it).
 	notes := func(args ...string) string {
-		out, err := helmCmd(t, append([]string{"install", "fulfiller", chart, "--namespace", "fulfiller", "--dry-run=client", "--kubeconfig", cp.Kubeconfig}, args...)...)
+		out, err := helmCmd(t, append([]string{"install", "deprecated-values", chart, "--namespace", "deprecated-values", "--dry-run=client", "--kubeconfig", cp.Kubeconfig}, args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
