@@ -243,10 +243,9 @@ func (c *controllerProc) reconciles(ctx context.Context, controller string) (flo
 }
 
 // createNodeClass creates examples/local's NodeClass, as `make demo` fills it in, with states
-// encrypted by the passphrase the controller made on its first start, and waits until it is
-// Ready (the module check, the join preflight's SubjectAccessReviews and cluster-info read,
-// the status write).
-func (h *harness) createNodeClass(ctx context.Context, t *testing.T, c *controllerProc) {
+// encrypted by the passphrase the controller makes on its first start, and examples/local's
+// NodePool; it returns the class's name.
+func (h *harness) createNodeClass(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(root, "examples", "local", "nodeclass.yaml"))
 	if err != nil {
@@ -266,14 +265,23 @@ func (h *harness) createNodeClass(ctx context.Context, t *testing.T, c *controll
 		"name": "fulfiller-state-encryption", "key": "passphrase"}}, "spec", "backend", "encryption"); err != nil {
 		t.Fatal(err)
 	}
-	ncs := h.dyn.Resource(schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "tofunodeclasses"})
+	ncs := h.dyn.Resource(tofuNodeClassesGVR)
 	if _, err := ncs.Create(ctx, nc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the example NodeClass: %v", err)
 	}
 	t.Cleanup(func() { _ = ncs.Delete(context.Background(), nc.GetName(), metav1.DeleteOptions{}) })
+	applyYAML(ctx, t, h.dyn, filepath.Join(root, "examples", "local", "nodepool.yaml"), "karpenter.sh", "v1", "nodepools")
+	return nc.GetName()
+}
+
+// waitNodeClassReady waits until the controller has made the class Ready (the module check,
+// the join preflight's SubjectAccessReviews and reads of cluster-info and kubeadm's
+// ConfigMaps, the status write).
+func (h *harness) waitNodeClassReady(ctx context.Context, t *testing.T, c *controllerProc, name string) {
+	t.Helper()
 	var last string
 	c.poll(ctx, t, "the example NodeClass to be Ready", time.Minute, func(ctx context.Context) (bool, error) {
-		got, err := ncs.Get(ctx, nc.GetName(), metav1.GetOptions{})
+		got, err := h.dyn.Resource(tofuNodeClassesGVR).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -287,8 +295,17 @@ func (h *harness) createNodeClass(ctx context.Context, t *testing.T, c *controll
 		}
 		return false, nil
 	})
-	t.Logf("nodeclass %s: Ready %s", nc.GetName(), last)
-	applyYAML(ctx, t, h.dyn, filepath.Join(root, "examples", "local", "nodepool.yaml"), "karpenter.sh", "v1", "nodepools")
+	t.Logf("nodeclass %s: Ready %s", name, last)
+}
+
+// uid is the UID of a cluster-scoped object.
+func (h *harness) uid(ctx context.Context, t *testing.T, gvr schema.GroupVersionResource, name string) string {
+	t.Helper()
+	got, err := h.dyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(got.GetUID())
 }
 
 // podNeedingANode is a pending pod for the example NodePool.
@@ -392,7 +409,10 @@ func (h *harness) destroyAll(ctx context.Context, t *testing.T, c *controllerPro
 	t.Logf("claims %v: destroyed and their states removed", claims)
 }
 
-var fulfillmentsGVR = schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "fulfillments"}
+var (
+	fulfillmentsGVR    = schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "fulfillments"}
+	tofuNodeClassesGVR = schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "tofunodeclasses"}
+)
 
 // fleet is what a claim has bought and keeps: an upgrade must leave it as it was.
 type fleet struct {

@@ -25,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -44,16 +43,24 @@ const (
 	stateNS = releaseNS + "-states"
 )
 
-// TestInstall installs chart 0.1.0 into the real control plane the way its README said,
-// takes a claim to a joined node, then upgrades to the packaged charts of this version (the
-// CRD chart adopting the CRDs, the fulfiller chart with the values of 0.1.0 and the new
-// runner settings) and checks that the claim keeps its Fulfillment, NodeClaim, node, machine
-// and state, and that no run was started for it. Against the upgraded release it checks what
-// helm created, asks the authorizer what each ServiceAccount may do, runs tofu with the
-// kubernetes backend as the runner ServiceAccount, has the upgraded controller destroy the
-// claim with a runner pod that has the new runner settings, upgrades the CRD chart with a CRD
-// that has one more field, and checks that the state encryption passphrase and the CRDs
-// survive an upgrade and an uninstall.
+// TestInstall installs chart 0.1.0 into the real control plane the way its README said, with
+// a NodeClass and a NodePool, and upgrades it to the packaged charts of this version (the CRD
+// chart adopting the CRDs, the fulfiller chart with the values file of 0.1.0): the CRDs are
+// the same objects afterwards, so no object of theirs went. This version's controller then
+// takes a claim to a joined node, and the release is upgraded again with the claim live (the
+// CRD chart to one whose TofuNodeClass has one more field, which is served afterwards; the
+// fulfiller chart with the runner settings, which restarts the controller): the claim keeps
+// its Fulfillment, NodeClaim, node, machine and state, and no run was started for it. Against
+// the upgraded release it checks what helm created, asks the authorizer what each
+// ServiceAccount may do, runs tofu with the kubernetes backend as the runner ServiceAccount,
+// has the controller destroy the claim with a runner pod that has the runner settings, and
+// checks that the state encryption passphrase and the CRDs survive the upgrades and an
+// uninstall.
+//
+// The controller does not run under chart 0.1.0's RBAC: the binary built here is this
+// version's, whose join preflight reads kubeadm's ConfigMaps, which 0.1.0's controller did
+// not read and its RBAC did not grant. Each upgrade is as helm does it: the RBAC of the new
+// release is in place before its controller starts.
 func TestInstall(t *testing.T) {
 	ctx := ctxFor(t, 15*time.Minute)
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
@@ -74,7 +81,7 @@ func TestInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every feature gate the values have, on, by chart 0.1.0's names: the controller must
-	// start with each of them, and the upgrade keeps the values file.
+	// start with each of them, and the upgrades keep the values file.
 	oldValues := allFeatureGates(t, true)
 	if out, err := helmCmd(t, "install", "fulfiller", previousChart, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
 		"--timeout", "2m", "-f", oldValues, "--set", "clusterName="+testClusterName); err != nil {
@@ -88,22 +95,12 @@ func TestInstall(t *testing.T) {
 	if _, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the passphrase Secret before the controller ever ran: %v", err)
 	}
-	ctl := h.startController(ctx, t)
-	holder := ctl.waitReady(ctx, t, cs, "")
-	// The controller made the passphrase on its first start; the release does not own it.
-	passphrase := readPassphrase(ctx, t, cs)
-	if secret, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{}); err != nil {
-		t.Fatal(err)
-	} else if secret.Labels["app.kubernetes.io/managed-by"] == "Helm" || secret.Annotations["meta.helm.sh/release-name"] != "" {
-		t.Errorf("the passphrase Secret belongs to the helm release: %v %v", secret.Labels, secret.Annotations)
-	}
-	h.createNodeClass(ctx, t, ctl)
-	first := h.claimNode(ctx, t, ctl, "needs-a-node")
-	before := h.fleet(ctx, t)
+	// What an administrator made under chart 0.1.0: the example NodeClass and NodePool.
+	class := h.createNodeClass(ctx, t)
+	crdsBefore, classBefore := crdUIDs(ctx, t, ext), h.uid(ctx, t, tofuNodeClassesGVR, class)
 
-	// The upgrade: the CRD chart adopts the CRDs that chart 0.1.0 and kubectl installed
-	// (--take-ownership, once), then the fulfiller chart with the same values file and the new
-	// runner settings.
+	// The upgrade from 0.1.0: the CRD chart adopts the CRDs that chart 0.1.0 and kubectl
+	// installed (--take-ownership, once), then the fulfiller chart with the same values file.
 	chartPackage, crdChartPackage := packaged(t)
 	if out, err := helmCmd(t, "install", "fulfiller-crd", crdChartPackage, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
 		"--take-ownership"); err != nil {
@@ -118,6 +115,48 @@ func TestInstall(t *testing.T) {
 			t.Errorf("CRD %s after the CRD chart's install: annotations %v", crd, got.Annotations)
 		}
 	}
+	out, err := helmCmd(t, "upgrade", "fulfiller", chartPackage, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
+		"--timeout", "2m", "-f", oldValues, "--set", "clusterName="+testClusterName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NOTES.txt: the passphrase to reference, the old names the values use, no CRD warning.
+	_, notes, ok := strings.Cut(out, "NOTES:")
+	if !ok || !strings.Contains(notes, "name: fulfiller-state-encryption") || strings.Contains(notes, "were not found") ||
+		!strings.Contains(notes, "- clusterName: use settings.clusterName") || !strings.Contains(notes, "- settings.featureGates.NodeRepair: use settings.featureGates.nodeRepair") {
+		t.Errorf("helm upgrade's output and notes:\n%s", out)
+	}
+	// A CRD deleted and created again (a new UID) would have taken every object of its kind.
+	if after := crdUIDs(ctx, t, ext); !reflect.DeepEqual(after, crdsBefore) {
+		t.Errorf("the upgrade from chart 0.1.0 replaced CRDs:\nbefore %v\nafter  %v", crdsBefore, after)
+	}
+	if after := h.uid(ctx, t, tofuNodeClassesGVR, class); after != classBefore {
+		t.Errorf("the NodeClass made under chart 0.1.0 is %q after the upgrade, was %q", after, classBefore)
+	}
+
+	// This version's controller, as the upgraded Deployment runs it. It makes the passphrase
+	// on its first start; the release does not own it.
+	ctl := h.startController(ctx, t)
+	holder := ctl.waitReady(ctx, t, cs, "")
+	passphrase := readPassphrase(ctx, t, cs)
+	if secret, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, "fulfiller-state-encryption", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if secret.Labels["app.kubernetes.io/managed-by"] == "Helm" || secret.Annotations["meta.helm.sh/release-name"] != "" {
+		t.Errorf("the passphrase Secret belongs to the helm release: %v %v", secret.Labels, secret.Annotations)
+	}
+	h.waitNodeClassReady(ctx, t, ctl, class)
+	first := h.claimNode(ctx, t, ctl, "needs-a-node")
+	before := h.fleet(ctx, t)
+	if len(before.Fulfillments) != 1 || len(before.Machines) != 1 || len(before.States) != 1 {
+		t.Errorf("before the upgrade: %+v, want one claim's Fulfillment, machine and state", before)
+	}
+
+	// An upgrade with the claim live, CRDs first: the CRD chart of a next release whose
+	// TofuNodeClass has one more field, then the fulfiller chart with the same values file and
+	// the runner settings.
+	t.Run("CRD chart upgrade serves a new field", func(t *testing.T) {
+		crdUpgradeAddsAField(ctx, t, ext)
+	})
 	runnerValues := filepath.Join(t.TempDir(), "runner.yaml")
 	writeFile(t, runnerValues, `
 imagePullSecrets: [{name: registry}]
@@ -128,23 +167,16 @@ runner:
   extraVolumes: [{name: ca, configMap: {name: ca-bundle}}]
   extraVolumeMounts: [{name: ca, mountPath: /etc/ssl/extra, readOnly: true}]
 `)
-	out, err := helmCmd(t, "upgrade", "fulfiller", chartPackage, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
-		"--timeout", "2m", "-f", oldValues, "--set", "clusterName="+testClusterName, "-f", runnerValues)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// NOTES.txt: the passphrase to reference, the old names the values use, no CRD warning.
-	_, notes, ok := strings.Cut(out, "NOTES:")
-	if !ok || !strings.Contains(notes, "name: fulfiller-state-encryption") || strings.Contains(notes, "were not found") ||
-		!strings.Contains(notes, "- clusterName: use settings.clusterName") || !strings.Contains(notes, "- settings.featureGates.NodeRepair: use settings.featureGates.nodeRepair") {
-		t.Errorf("helm upgrade's output and notes:\n%s", out)
+	if out, err := helmCmd(t, "upgrade", "fulfiller", chartPackage, "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS,
+		"--timeout", "2m", "-f", oldValues, "--set", "clusterName="+testClusterName, "-f", runnerValues); err != nil {
+		t.Fatalf("upgrading with the runner settings: %v\n%s", err, out)
 	}
 	// The controller restarts with the upgraded Deployment, as its rollout would restart it.
 	ctl.stop()
 	ctl = h.startController(ctx, t)
 	ctl.waitReady(ctx, t, cs, holder)
 	// Once it has reconciled every Fulfillment, nothing the claim bought has changed.
-	ctl.poll(ctx, t, "the upgraded controller to reconcile the Fulfillments", time.Minute, func(ctx context.Context) (bool, error) {
+	ctl.poll(ctx, t, "the restarted controller to reconcile the Fulfillments", time.Minute, func(ctx context.Context) (bool, error) {
 		n, err := ctl.reconciles(ctx, "fulfillment")
 		return err == nil && n >= float64(len(before.Fulfillments)), nil
 	})
@@ -153,9 +185,6 @@ runner:
 	}
 	if after := h.fleet(ctx, t); !reflect.DeepEqual(after, before) {
 		t.Errorf("the upgrade changed the fleet:\nbefore %+v\nafter  %+v", before, after)
-	}
-	if len(before.Fulfillments) != 1 || len(before.Machines) != 1 || len(before.States) != 1 {
-		t.Errorf("before the upgrade: %+v, want one claim's Fulfillment, machine and state", before)
 	}
 	if out, err := helmCmd(t, "history", "fulfiller", "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS); err != nil ||
 		!strings.Contains(out, "fulfiller-0.1.0") || !strings.Contains(out, "fulfiller-"+chartVersion(t, chart)) {
@@ -317,7 +346,7 @@ runner:
 		runTofuAsRunner(ctx, t, cs)
 	})
 
-	t.Run("the claim made under chart 0.1.0 is destroyed by a runner pod with the runner settings", func(t *testing.T) {
+	t.Run("the claim is destroyed by a runner pod with the runner settings", func(t *testing.T) {
 		if _, err := cs.CoreV1().ConfigMaps(releaseNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ca-bundle"},
 			Data: map[string]string{"ca.pem": "-----BEGIN CERTIFICATE-----\n"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -326,10 +355,6 @@ runner:
 		checkRunnerPod(ctx, t, cs, first, "destroy")
 	})
 	ctl.stop()
-
-	t.Run("CRD chart upgrade serves a new field", func(t *testing.T) {
-		crdUpgradeAddsAField(ctx, t, ext)
-	})
 
 	t.Run("passphrase and CRDs survive uninstall", func(t *testing.T) {
 		if _, err := helmCmd(t, "uninstall", "fulfiller", "--kubeconfig", cp.Kubeconfig, "--namespace", releaseNS); err != nil {
@@ -453,7 +478,7 @@ func crdUpgradeAddsAField(ctx context.Context, t *testing.T, ext apiextensionscl
 	version := chartVersion(t, crdChart)
 	writeFile(t, chartYAML, strings.Replace(string(meta), "version: "+version, "version: "+version+"-next", 1))
 
-	classes := dynamic.NewForConfigOrDie(cp.Config).Resource(schema.GroupVersionResource{Group: "fulfiller.sh", Version: "v1alpha1", Resource: "tofunodeclasses"})
+	classes := dynamic.NewForConfigOrDie(cp.Config).Resource(tofuNodeClassesGVR)
 	createWithField := func(name string) string {
 		t.Helper()
 		nc := &unstructured.Unstructured{Object: map[string]any{
@@ -633,6 +658,20 @@ output "provider_id" {
 	}
 	tofuRun("destroy", "-input=false", "-auto-approve")
 	tofuRun("workspace", "list") // lists state Secrets
+}
+
+// crdUIDs are the UIDs of the fulfiller's and Karpenter's CRDs.
+func crdUIDs(ctx context.Context, t *testing.T, ext apiextensionsclient.Interface) map[string]string {
+	t.Helper()
+	uids := map[string]string{}
+	for _, name := range append(slices.Clone(karpenterCRDNames), fulfillerCRDNames...) {
+		crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[name] = string(crd.UID)
+	}
+	return uids
 }
 
 func waitEstablished(ctx context.Context, t *testing.T, ext apiextensionsclient.Interface, name string) {
