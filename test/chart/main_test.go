@@ -5,8 +5,8 @@
 // pinned helm: it lints, renders and packages them, checks the rendered objects as typed
 // Kubernetes objects, checks that the values schema rejects what it should and that the names
 // of chart 0.1.0 still work, then installs chart 0.1.0 into a real control plane
-// (internal/testenv), runs a claim, upgrades to the packaged charts with the claim live, and
-// asks the API server's authorizer what the controller's and the runners' ServiceAccounts may
+// (internal/testenv), upgrades it to the packaged charts, runs a claim, upgrades again with the
+// claim live, and asks the API server's authorizer what the controller's and the runners' ServiceAccounts may
 // do. A runner's rights are also exercised for real: tofu runs a module with the kubernetes
 // state backend as the runner ServiceAccount.
 package chart
