@@ -6,8 +6,6 @@ package operator
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,22 +23,6 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
-
-// goModVersion is the version go.mod requires of a module.
-func goModVersion(t *testing.T, module string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == module {
-			return f[1]
-		}
-	}
-	t.Fatalf("go.mod does not require %s", module)
-	return ""
-}
 
 // nodePoolCRD is a copy of the embedded core's NodePool CRD.
 func nodePoolCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
@@ -117,7 +99,7 @@ func TestCheckKarpenterCRDs(t *testing.T) {
 	defer cancel()
 	crds := apiextensionsclient.NewForConfigOrDie(cp.Config).ApiextensionsV1().CustomResourceDefinitions()
 	// A test binary has no build information of its modules: the version is go.mod's.
-	version := goModVersion(t, karpenterModule)
+	version := testenv.GoModVersion(t, karpenterModule)
 	if err := CheckKarpenterCRDs(ctx, crds, karpenterapis.CRDs, version); err != nil {
 		t.Fatalf("the embedded core's own CRDs: %v", err)
 	}

@@ -8,6 +8,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,4 +130,22 @@ func ReadFile(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// GoModVersion is the version the repository's go.mod requires of a module (a test binary
+// has no build information of its modules).
+func GoModVersion(t testing.TB, module string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == module {
+			return f[1]
+		}
+	}
+	t.Fatalf("go.mod does not require %s", module)
+	return ""
 }

@@ -93,7 +93,7 @@ func (h *harness) refusesWithoutCRDs(ctx context.Context, t *testing.T) {
 	if !errors.As(err, &exit) || ctx.Err() != nil {
 		t.Fatalf("the controller without CRDs: %v, want it to exit with an error\n%s", err, tail(string(out), 4000))
 	}
-	for _, want := range []string{"refusing to start", "not those of Karpenter core " + goModVersion(t, "sigs.k8s.io/karpenter"),
+	for _, want := range []string{"refusing to start", "not those of Karpenter core " + testenv.GoModVersion(t, "sigs.k8s.io/karpenter"),
 		"nodepools.karpenter.sh: not installed", "nodeclaims.karpenter.sh: not installed", "the fulfiller-crd chart"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the controller's log does not say %q:\n%s", want, tail(string(out), 4000))

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fulfiller-sh/fulfiller/internal/operator"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
 func TestLintStrict(t *testing.T) {
@@ -467,7 +468,7 @@ func TestCRDChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	version := goModVersion(t, "sigs.k8s.io/karpenter")
+	version := testenv.GoModVersion(t, "sigs.k8s.io/karpenter")
 	sources := map[string]*apiextensionsv1.CustomResourceDefinition{}
 	for _, crd := range karpenterapis.CRDs {
 		sources[crd.Name] = crd
@@ -662,23 +663,6 @@ func normalizedJSON(t *testing.T, v any) any {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// goModVersion is the version go.mod requires of a module (a test binary has no build
-// information of its modules).
-func goModVersion(t *testing.T, module string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == module {
-			return f[1]
-		}
-	}
-	t.Fatalf("go.mod does not require %s", module)
-	return ""
 }
 
 // parseFulfillerOptions parses the chart's FULFILLER_* environment as the controller does
