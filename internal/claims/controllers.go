@@ -71,8 +71,8 @@ func NewCloudProvider(o Options) *cloudprovider.CloudProvider {
 		StateNamespace: o.StateNamespace, Families: o.Families, RecordsAfterAnswer: true})
 }
 
-// NewControllers are the fulfiller's controllers, in one list, to run beside Karpenter's. A
-// local executor learns to wake a claim as soon as its run ends.
+// NewControllers are the fulfiller's controllers, in one list, to run beside Karpenter's. The
+// executor learns to wake a claim as soon as its run ends.
 func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controller.Controller {
 	o = o.withDefaults()
 	fulfillments := fulfillment.NewController(fulfillment.Options{
@@ -80,8 +80,11 @@ func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controll
 		Namespace: o.Namespace, StateNamespace: o.StateNamespace, TofuPath: o.TofuPath, TofuStartsProviders: o.TofuStartsProviders,
 		RunEnv: o.RunEnv, DestroyDeadline: o.DestroyDeadline, RetryBackoff: o.RetryBackoff, Families: o.Families, ClusterName: o.ClusterName,
 	})
-	if local, ok := o.Executor.(*executor.Local); ok {
-		local.OnEnd = fulfillments.RunEnded
+	switch e := o.Executor.(type) {
+	case *executor.Local:
+		e.OnEnd = fulfillments.RunEnded
+	case *executor.Job:
+		e.OnEnd = fulfillments.RunEnded // reported once its cache runs (StartCache)
 	}
 	return []controller.Controller{
 		nodeclass.NewController(nodeclass.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder,

@@ -76,10 +76,16 @@ func Run(families family.Registry) {
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
 
+	ours := claims.NewControllers(o, provider)
+	if jobs, ok := runs.(*executor.Job); ok {
+		// Admission and polling read the runner Jobs and pods from a watch of the namespace,
+		// which also reports each run's end (started once the controllers set OnEnd).
+		lo.Must0(jobs.StartCache(ctx))
+	}
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
-		WithControllers(ctx, claims.NewControllers(o, provider)...).
+		WithControllers(ctx, ours...).
 		Start(ctx)
 }
 

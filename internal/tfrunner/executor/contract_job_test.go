@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
@@ -149,7 +151,7 @@ func TestJobExecutorContract(t *testing.T) {
 	c := startJobCluster(t)
 	t.Run("Contract", func(t *testing.T) {
 		ExecutorContract(t, Contract{
-			NewExecutor: func(*testing.T) Executor { return c.executor() },
+			NewExecutor: func(t *testing.T) Executor { return c.cachedExecutor(t, c.client, nil) },
 			Logs: func(t *testing.T, st RunStatus) string {
 				name, ok := strings.CutPrefix(st.LogPath, "job/")
 				if !ok {
@@ -176,6 +178,115 @@ func TestJobExecutorContract(t *testing.T) {
 	t.Run("Credentials", func(t *testing.T) { testJobCredentials(t, c) })
 	t.Run("PodSettings", func(t *testing.T) { testJobPodSettings(t, c) })
 	t.Run("Deadline", func(t *testing.T) { testJobDeadline(t, c) })
+	t.Run("Cache", func(t *testing.T) { testJobCache(t, c) })
+}
+
+// cachedExecutor is executor() reading through client, with its cache started (as the
+// controller runs it); the cache stops when the test ends.
+func (c *jobCluster) cachedExecutor(t *testing.T, client kubernetes.Interface, onEnd func(name string, labels map[string]string)) *Job {
+	t.Helper()
+	e := c.executor()
+	e.Client = client
+	e.OnEnd = onEnd
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := e.StartCache(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// readLog records the reads of runner Jobs and pods an API client makes, watches aside.
+type readLog struct {
+	mu    sync.Mutex
+	reads []string
+}
+
+func (l *readLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method == http.MethodGet && r.URL.Query().Get("watch") != "true" &&
+			(strings.Contains(r.URL.Path, "/jobs") || strings.Contains(r.URL.Path, "/pods")) {
+			l.mu.Lock()
+			l.reads = append(l.reads, r.URL.String())
+			l.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// take returns the reads recorded since the last take.
+func (l *readLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.reads
+	l.reads = nil
+	return out
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// testJobCache (issue 25, defect 10): with its cache, admitting runs and polling one read no
+// Job or pod from the API server. A run waiting for a slot is refused from memory, however
+// often it asks, and Status of a running run reads its Job and pods from the watch; the
+// watch reports the run's end (OnEnd), so Status says the end is reported.
+func testJobCache(t *testing.T, c *jobCluster) {
+	ctx := context.Background()
+	reads := &readLog{}
+	cfg := rest.CopyConfig(c.cp.Config)
+	cfg.Wrap(reads.wrap)
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := make(chan string, 16)
+	e := c.cachedExecutor(t, client, func(name string, labels map[string]string) {
+		if labels[keys.LabelNodeClaim] == "cache-a" {
+			ends <- name
+		}
+	})
+	e.Limiter = NewLimiter(MaxRuns(1))
+	testenv.Eventually(t, 60*time.Second, "the earlier subtests' Jobs to finish", func() bool {
+		names, err := e.inProgress(ctx)
+		return err == nil && len(names) == 0
+	})
+	running := nodeRequest(t, "cache-a-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), map[string]string{"sleep_seconds": "60"})
+	running.Labels = map[string]string{keys.LabelNodeClaim: "cache-a", keys.LabelNodeClaimUID: "uid-cache-a"}
+	if err := e.Start(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "run "+running.Name+" to run", func() bool {
+		st, err := e.Status(ctx, running.Name, "uid-cache-a")
+		return err == nil && st.Phase == RunRunning
+	})
+	reads.take()
+
+	waiting := nodeRequest(t, "cache-b-apply-1", "node", filepath.Join(t.TempDir(), "state.tfstate"), nil)
+	waiting.Labels = map[string]string{keys.LabelNodeClaim: "cache-b", keys.LabelNodeClaimUID: "uid-cache-b"}
+	for range 5 {
+		if err := e.Start(ctx, waiting); !errors.Is(err, ErrBusy) {
+			t.Fatalf("start beyond MaxRuns(1): %v, want ErrBusy", err)
+		}
+		if st, err := e.Status(ctx, running.Name, "uid-cache-a"); err != nil || st.Phase != RunRunning || !st.EndReported {
+			t.Fatalf("status of %s: %+v, %v", running.Name, st, err)
+		}
+	}
+	if got := reads.take(); len(got) > 0 {
+		t.Errorf("5 refused starts and 5 polls read the API server %d times, want none:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	if err := e.Cancel(ctx, running.Name, "uid-cache-a"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-ends:
+		if name != running.Name {
+			t.Errorf("end reported for %s, want %s", name, running.Name)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the end of the cancelled run %s was not reported", running.Name)
+	}
+	waitEnded(t, e, running.Name)
 }
 
 // testJobCredentials: the keys of EnvFromSecrets reach tofu's provisioners as environment

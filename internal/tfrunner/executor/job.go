@@ -122,7 +122,14 @@ type Job struct {
 	Volumes      []corev1.Volume
 	VolumeMounts []corev1.VolumeMount
 
+	// OnEnd, when set before StartCache, is called with a run's name and labels when its cache
+	// sees the run end (its runner wrote its result, its Job finished or was deleted); Status
+	// then says the end is reported (RunStatus.EndReported).
+	OnEnd func(name string, labels map[string]string)
+
 	ownLimiter Limiter
+	// cache, once StartCache synced it, answers the reads of Start and Status.
+	cache *jobCache
 }
 
 func (e *Job) limiter() *Limiter {
@@ -162,15 +169,11 @@ func (e *Job) Start(ctx context.Context, req tfrunner.Request) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	jobs := e.Client.BatchV1().Jobs(e.Namespace)
 	return e.limiter().Start(ctx, req, StartSteps{
 		Exists: func(ctx context.Context) (bool, error) {
-			job, err := jobs.Get(ctx, req.Name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				return false, nil
-			case err != nil:
-				return false, fmt.Errorf("reading Job %s: %w", req.Name, err)
+			job, found, err := e.readJob(ctx, req.Name)
+			if !found || err != nil {
+				return false, err
 			}
 			if err := CheckOwner(req.Name, job.Labels, req.Labels[keys.LabelNodeClaimUID]); err != nil {
 				return true, err
@@ -185,6 +188,26 @@ func (e *Job) Start(ctx context.Context, req tfrunner.Request) error {
 	})
 }
 
+// readJob reads the named Job: from the cache when there is one (only the executor creates
+// its Jobs, so one the synced cache does not have does not exist, or did not a moment ago:
+// creating it again finds it), else, and for one it created that the cache does not show
+// yet, from the API server.
+func (e *Job) readJob(ctx context.Context, name string) (*batchv1.Job, bool, error) {
+	if e.cache != nil {
+		if job, found, fresh, err := e.cache.job(name); fresh || err != nil {
+			return job, found, err
+		}
+	}
+	job, err := e.Client.BatchV1().Jobs(e.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("reading Job %s: %w", name, err)
+	}
+	return job, true, nil
+}
+
 // create creates the run's Job and its request Secret.
 func (e *Job) create(ctx context.Context, req tfrunner.Request) error {
 	jobs := e.Client.BatchV1().Jobs(e.Namespace)
@@ -194,6 +217,9 @@ func (e *Job) create(ctx context.Context, req tfrunner.Request) error {
 	}
 	if err != nil {
 		return fmt.Errorf("creating Job %s: %w", req.Name, err)
+	}
+	if e.cache != nil {
+		e.cache.wrote(job.Name, false)
 	}
 	return e.ensureSecret(ctx, job, req)
 }
@@ -225,6 +251,9 @@ func (e *Job) ensureSecret(ctx context.Context, job *batchv1.Job, req tfrunner.R
 
 // inProgress are the executor's Jobs that have not finished, by name.
 func (e *Job) inProgress(ctx context.Context) (map[string]bool, error) {
+	if e.cache != nil {
+		return e.cache.inProgress()
+	}
 	list, err := e.Client.BatchV1().Jobs(e.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{keys.LabelManagedBy: keys.ManagedBy}).String(),
 	})
@@ -470,12 +499,9 @@ func (e *Job) Status(ctx context.Context, name, claimUID string) (RunStatus, err
 	if tfrunner.ValidateName(name) != nil {
 		return RunStatus{}, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
 	}
-	job, err := e.Client.BatchV1().Jobs(e.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return RunStatus{}, fmt.Errorf("run %s: %w", name, ErrRunNotFound)
-	}
+	job, err := e.statusJob(ctx, name)
 	if err != nil {
-		return RunStatus{}, fmt.Errorf("reading Job %s: %w", name, err)
+		return RunStatus{}, err
 	}
 	if err := CheckOwner(name, job.Labels, claimUID); err != nil {
 		return RunStatus{}, err
@@ -505,9 +531,29 @@ func (e *Job) Status(ctx context.Context, name, claimUID string) (RunStatus, err
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodRunning {
 			st.Phase = RunRunning
+			st.EndReported = e.cache != nil && e.OnEnd != nil
 		}
 	}
 	return st, nil
+}
+
+// statusJob is the named Job for Status: from the cache, or, when the cache does not have
+// it (one created a moment ago), from the API server, which alone may say the run is gone.
+func (e *Job) statusJob(ctx context.Context, name string) (*batchv1.Job, error) {
+	if e.cache != nil {
+		// One the cache does not have may have been created a moment ago: the API server says.
+		if job, found, fresh, err := e.cache.job(name); found && fresh || err != nil {
+			return job, err
+		}
+	}
+	job, err := e.Client.BatchV1().Jobs(e.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("run %s: %w", name, ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Job %s: %w", name, err)
+	}
+	return job, nil
 }
 
 // jobResult is the result of a finished run: the one its runner wrote, or why it has none.
@@ -542,6 +588,11 @@ func (e *Job) deleteRequest(ctx context.Context, job *batchv1.Job) error {
 
 // pods lists the pods of this Job (not of an earlier Job of the same name), newest first.
 func (e *Job) pods(ctx context.Context, job *batchv1.Job) ([]*corev1.Pod, error) {
+	if e.cache != nil {
+		pods, err := e.cache.podsOf(job)
+		sortNewestFirst(pods)
+		return pods, err
+	}
 	list, err := e.Client.CoreV1().Pods(e.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{jobNameLabel: job.Name, controllerUIDLabel: string(job.UID)}).String(),
 	})
@@ -552,8 +603,12 @@ func (e *Job) pods(ctx context.Context, job *batchv1.Job) ([]*corev1.Pod, error)
 	for i := range list.Items {
 		pods = append(pods, &list.Items[i])
 	}
-	sort.Slice(pods, func(i, j int) bool { return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp) })
+	sortNewestFirst(pods)
 	return pods, nil
+}
+
+func sortNewestFirst(pods []*corev1.Pod) {
+	sort.Slice(pods, func(i, j int) bool { return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp) })
 }
 
 // runnerState is the runner container's terminated state, if it has ended.
@@ -653,6 +708,9 @@ func (e *Job) Cancel(ctx context.Context, name, claimUID string) error {
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting Job %s: %w", name, err)
+	}
+	if e.cache != nil {
+		e.cache.wrote(name, true)
 	}
 	return nil
 }
