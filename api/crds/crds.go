@@ -18,16 +18,19 @@ var (
 	tofuNodeClassesYAML []byte
 	//go:embed fulfiller.sh_fulfillments.yaml
 	fulfillmentsYAML []byte
+	//go:embed fulfiller.sh_bootreports.yaml
+	bootReportsYAML []byte
 )
 
 // CRDs returns new copies of the fulfiller's CustomResourceDefinitions. They are parsed when
 // asked for, not when the package initialises: every process of the development binary links
-// this package (runners, simulated machines), and would pay for parsing both at every start
+// this package (runners, simulated machines), and would pay for parsing them at every start
 // (docs/benchmarks.md, "What a process start costs").
 func CRDs() []*apiextensionsv1.CustomResourceDefinition {
 	return []*apiextensionsv1.CustomResourceDefinition{
 		mustParse(tofuNodeClassesYAML),
 		mustParse(fulfillmentsYAML),
+		mustParse(bootReportsYAML),
 	}
 }
 

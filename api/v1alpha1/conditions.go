@@ -80,6 +80,15 @@ const (
 	// ReasonMachineDeleted: the machine was deleted behind the fulfiller's back (its family
 	// saw it gone); the claim is replaced and its state cleaned up.
 	ReasonMachineDeleted = "MachineDeleted"
+	// ReasonInstalling: the machine reported that it installs its node software
+	// (bootstrap.install packages).
+	ReasonInstalling = "Installing"
+	// ReasonJoining: the machine reported that it runs kubeadm join.
+	ReasonJoining = "Joining"
+	// ReasonBootstrapFailed: the machine reported that a step of its boot failed; the
+	// message has the step and the failing command's last line. The claim is replaced and
+	// the machine destroyed.
+	ReasonBootstrapFailed = "BootstrapFailed"
 )
 
 // Reasons of the Joined condition while a KubeVirt claim's VM has not joined (its family's

@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package v1alpha1 holds the fulfiller.sh/v1alpha1 API: TofuNodeClass, what a NodePool's
-// nodeClassRef names, and Fulfillment, the durable record of one NodeClaim's fulfilment.
+// nodeClassRef names; Fulfillment, the durable record of one NodeClaim's fulfilment; and
+// BootReport, where a claim's machine reports its boot.
 // +kubebuilder:object:generate=true
 // +groupName=fulfiller.sh
 package v1alpha1
@@ -27,6 +28,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(SchemeGroupVersion,
 		&TofuNodeClass{}, &TofuNodeClassList{},
 		&Fulfillment{}, &FulfillmentList{},
+		&BootReport{}, &BootReportList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil

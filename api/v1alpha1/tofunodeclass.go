@@ -130,9 +130,22 @@ type BootstrapSpec struct {
 	// CRISocket is the container runtime socket kubeadm configures.
 	// +optional
 	CRISocket string `json:"criSocket,omitempty"`
-	// KubernetesVersion the machines run, recorded in the drift hash.
+	// KubernetesVersion the machines run (vX.Y.Z), recorded in the drift hash: the version
+	// `install: packages` installs, and the kubeadm whose configuration API the join is
+	// written for. Empty: the API server's version when a claim's user data is rendered.
+	// +kubebuilder:validation:Pattern=`^(v[0-9]+\.[0-9]+\.[0-9]+)?$`
 	// +optional
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Install says how a machine gets its node software: containerd, runc, the CNI plugins,
+	// kubelet, kubeadm and kubectl. packages (the default): the user data installs them at
+	// boot on a stock Ubuntu 22.04, Ubuntu 24.04 or Debian 12 image, amd64 or arm64, from the
+	// Kubernetes community packages of kubernetesVersion's minor (pkgs.k8s.io) and
+	// containerd's and runc's releases, which adds a few minutes to every boot; it is
+	// idempotent, so an image that has them already only configures them. none: the image
+	// has them (a pre-baked image, images/ in the repository), the fast path.
+	// +kubebuilder:validation:Enum=packages;none
+	// +optional
+	Install InstallMode `json:"install,omitempty"`
 	// KubeletExtraArgs are passed to every machine's kubelet (kubeadm's kubeletExtraArgs);
 	// a node type's own args of the same name win. provider-id, node-labels and
 	// register-with-taints are the fulfiller's.
@@ -144,6 +157,24 @@ type BootstrapSpec struct {
 	// error).
 	// +optional
 	ExtraCloudConfig string `json:"extraCloudConfig,omitempty"`
+}
+
+// InstallMode says how a machine gets its node software (BootstrapSpec.Install).
+type InstallMode string
+
+const (
+	// InstallPackages installs the node software at boot on a stock image.
+	InstallPackages InstallMode = "packages"
+	// InstallNone expects an image that has it.
+	InstallNone InstallMode = "none"
+)
+
+// InstallOrDefault is the install mode, packages when unset.
+func (b BootstrapSpec) InstallOrDefault() InstallMode {
+	if b.Install == "" {
+		return InstallPackages
+	}
+	return b.Install
 }
 
 type NodeType struct {
