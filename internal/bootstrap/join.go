@@ -100,6 +100,10 @@ type JoinSpec struct {
 	// Reservations become the kubelet's kube-reserved, system-reserved and eviction-hard.
 	Reservations     Reservations
 	KubeletExtraArgs []Arg
+	// Install is how the machine gets its node software.
+	Install Install
+	// Report, when set, is where the machine reports its boot progress.
+	Report *Report
 	// ExtraCloudConfig is the user's #cloud-config merged into ours (see mergeCloudConfig).
 	ExtraCloudConfig string
 	// UserDataLimit is the most bytes the node type's cloud accepts; 0 for no limit.

@@ -10,8 +10,9 @@ import (
 )
 
 // ProviderIDSource says where a machine learns its provider ID when it is not known before
-// the machine exists (Hetzner Cloud assigns server IDs at creation): the rendered cloud-init
-// reads the instance ID from URL, a metadata service, and joins with Prefix + that ID. No
+// the machine exists (Hetzner Cloud assigns server IDs at creation): the boot script reads
+// the instance ID from URL, a metadata service, and joins with Prefix + that ID; a failure
+// stops before `kubeadm join`, so a machine never registers with a wrong provider ID. No
 // cloud-controller-manager is needed to set the Node's spec.providerID.
 type ProviderIDSource struct {
 	URL    string
@@ -36,18 +37,4 @@ func (p ProviderIDSource) Validate() error {
 		return fmt.Errorf("provider ID prefix %q must be set and may not hold quotes, spaces, $, |, & or commas", p.Prefix)
 	}
 	return nil
-}
-
-// providerIDScript fetches the instance ID, checks it and writes it into the
-// JoinConfiguration, then joins: a failure stops before `kubeadm join`, so a machine never
-// registers with a wrong provider ID. curl retries while the metadata service is not yet
-// reachable; a 404 fails at once.
-func providerIDScript(src ProviderIDSource) string {
-	return strings.Join([]string{
-		"set -eu",
-		fmt.Sprintf("id=\"$(curl -fsS --retry 30 --retry-delay 2 --retry-connrefused --max-time 10 '%s')\"", src.URL),
-		`case "$id" in ''|*[!A-Za-z0-9._:/-]*) echo "fulfiller: unusable instance ID '$id' from ` + src.URL + `" >&2; exit 1 ;; esac`,
-		fmt.Sprintf(`sed -i "s|%s|$id|" %s`, InstanceIDPlaceholder, JoinConfigPath),
-		"kubeadm join --config " + JoinConfigPath,
-	}, "\n") + "\n"
 }

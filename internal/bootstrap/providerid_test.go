@@ -4,9 +4,6 @@
 package bootstrap
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,18 +27,9 @@ func hcloudSpec(t *testing.T) JoinSpec {
 	}
 }
 
-// runcmd returns the user data's runcmd entries.
-func runcmd(t *testing.T, data []byte) []any {
-	t.Helper()
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	return doc["runcmd"].([]any)
-}
-
-// TestProviderIDFromMetadata: the JoinConfiguration holds a placeholder, and the runcmd
-// reads the instance ID from the metadata URL into it before `kubeadm join`, in one script.
+// TestProviderIDFromMetadata: the JoinConfiguration holds a placeholder, which the boot
+// script replaces with the instance ID it reads from the metadata URL its settings name
+// (TestBootScript runs it); a source that cannot be written into them safely is refused.
 func TestProviderIDFromMetadata(t *testing.T) {
 	spec := hcloudSpec(t)
 	spec.ProviderID = "ignored://x"
@@ -56,27 +44,15 @@ func TestProviderIDFromMetadata(t *testing.T) {
 	if id, _ := jc.NodeRegistration.Arg("provider-id"); id != "hcloud://"+InstanceIDPlaceholder {
 		t.Errorf("provider-id = %q", id)
 	}
-	cmds := runcmd(t, data)
-	if len(cmds) != 2 {
-		t.Fatalf("runcmd = %v", cmds)
-	}
-	sh := cmds[0].([]any)
-	if len(sh) != 3 || sh[0] != "sh" || sh[1] != "-c" {
-		t.Fatalf("first runcmd = %v", sh)
-	}
-	script := sh[2].(string)
-	for _, want := range []string{"set -eu", "curl -fsS", "'" + v1alpha1.DefaultMetadataURL + "'", "sed -i", "kubeadm join --config " + JoinConfigPath} {
-		if !strings.Contains(script, want) {
-			t.Errorf("script lacks %q:\n%s", want, script)
+	env := fileContent(t, data, BootEnvPath)
+	for _, want := range []string{"FULFILLER_INSTANCE_ID_URL='" + v1alpha1.DefaultMetadataURL + "'"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("boot settings lack %s:\n%s", want, env)
 		}
 	}
-	if strings.Index(script, "sed -i") > strings.Index(script, "kubeadm join") {
-		t.Error("the script joins before it writes the instance ID")
+	if !strings.Contains(string(BootScript), InstanceIDPlaceholder) {
+		t.Errorf("boot.sh does not replace %s", InstanceIDPlaceholder)
 	}
-	if rm := cmds[1].([]any); rm[0] != "rm" {
-		t.Errorf("second runcmd = %v", rm)
-	}
-
 	for _, bad := range []ProviderIDSource{
 		{URL: "file:///etc/id", Prefix: "hcloud://"},
 		{URL: "http://169.254.169.254/x'; rm -rf /'", Prefix: "hcloud://"},
@@ -90,68 +66,16 @@ func TestProviderIDFromMetadata(t *testing.T) {
 	}
 }
 
-// TestProviderIDScriptOnAShell runs the script with /bin/sh and the system's sed, with curl
-// and kubeadm stand-ins on PATH: a good ID ends up in the JoinConfiguration kubeadm reads, a
-// failed or unusable answer stops before kubeadm runs.
-func TestProviderIDScriptOnAShell(t *testing.T) {
-	spec := hcloudSpec(t)
-	data, err := RenderUserData(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := runcmd(t, data)[0].([]any)[2].(string)
-	var joinContent string
+// fileContent is the content of the file the user data writes at path.
+func fileContent(t *testing.T, data []byte, path string) string {
+	t.Helper()
 	for _, f := range mustCloudConfig(t, data).WriteFiles {
-		if f.Path == JoinConfigPath {
-			joinContent = f.Content
+		if f.Path == path {
+			return f.Content
 		}
 	}
-	for _, tc := range []struct {
-		name, curl string
-		wantJoin   bool
-		wantID     string
-	}{
-		{name: "instance id", curl: "echo 4711", wantJoin: true, wantID: "hcloud://4711"},
-		{name: "not found", curl: "echo 'curl: (22) The requested URL returned error: 404' >&2; exit 22"},
-		{name: "unusable answer", curl: "echo '4711&x'"},
-		{name: "empty answer", curl: "true"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			bin, conf, joined := filepath.Join(dir, "bin"), filepath.Join(dir, "join.yaml"), filepath.Join(dir, "joined.yaml")
-			if err := os.Mkdir(bin, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			write := func(path, content string, mode os.FileMode) {
-				if err := os.WriteFile(path, []byte(content), mode); err != nil {
-					t.Fatal(err)
-				}
-			}
-			write(conf, joinContent, 0o600)
-			write(filepath.Join(bin, "curl"), "#!/bin/sh\n"+tc.curl+"\n", 0o755)
-			write(filepath.Join(bin, "kubeadm"), "#!/bin/sh\ncp \"$3\" "+joined+"\n", 0o755)
-			cmd := exec.Command("/bin/sh", "-c", strings.ReplaceAll(script, JoinConfigPath, conf))
-			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
-			out, err := cmd.CombinedOutput()
-			got, readErr := os.ReadFile(joined)
-			if !tc.wantJoin {
-				if err == nil || readErr == nil {
-					t.Fatalf("the script went on to kubeadm join (err %v):\n%s", err, out)
-				}
-				return
-			}
-			if err != nil || readErr != nil {
-				t.Fatalf("script: %v, %v\n%s", err, readErr, out)
-			}
-			var jc JoinConfiguration
-			if err := yaml.UnmarshalStrict(got, &jc); err != nil {
-				t.Fatal(err)
-			}
-			if id, _ := jc.NodeRegistration.Arg("provider-id"); id != tc.wantID {
-				t.Errorf("kubeadm joined with provider-id %q, want %q", id, tc.wantID)
-			}
-		})
-	}
+	t.Fatalf("the user data writes no %s", path)
+	return ""
 }
 
 func mustCloudConfig(t *testing.T, data []byte) cloudConfig {

@@ -69,6 +69,10 @@ func familySpecs(t *testing.T) map[string]bootstrap.JoinSpec {
 		},
 		KubeletExtraArgs: []bootstrap.Arg{{Name: "max-pods", Value: "60"}},
 	}
+	base.Report = &bootstrap.Report{
+		URL:   bootstrap.ReportURL(base.APIServerEndpoint, "fulfiller.sh", "v1alpha1", "fulfiller", base.NodeName),
+		CAPEM: []byte("-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIBATAKBggqhkjOPQQDAjAbMRkwFwYDVQQDExBmdWxmaWxs\n-----END CERTIFICATE-----\n"),
+	}
 	sim, kubevirt, robot, hcloud := base, base, base, base
 	sim.ProviderID = "sim://pool-a-x7k2q"
 	kubevirt.ProviderID = "kubevirt://pool-a-x7k2q"
@@ -78,29 +82,60 @@ func familySpecs(t *testing.T) map[string]bootstrap.JoinSpec {
 	return map[string]bootstrap.JoinSpec{"sim": sim, "kubevirt": kubevirt, "robot": robot, "hcloud": hcloud}
 }
 
-// TestUserDataReadByRealTools: every user data the fulfiller renders — each family, with and
-// without an extra cloud-config, as it is and gzipped — is valid to the real cloud-init
-// (`cloud-init schema`, after the real base64 and gzip), its JoinConfiguration to the real
-// kubeadm (`kubeadm config validate`) and its scripts to shellcheck.
+// installModes are the class's bootstrap.install: packages on a stock image, none on an image
+// that has the node software.
+var installModes = map[string]bootstrap.Install{
+	"packages": {Packages: true, KubernetesVersion: "v1.36.3"},
+	"none":     {},
+}
+
+// TestUserDataReadByRealTools: every user data the fulfiller renders — each family, each
+// install mode, with and without an extra cloud-config, as it is and gzipped — is valid to
+// the real cloud-init (`cloud-init schema`, after the real base64 and gzip), its
+// JoinConfiguration to the real kubeadm of the class's version (`kubeadm config validate`)
+// and its scripts to shellcheck.
 func TestUserDataReadByRealTools(t *testing.T) {
 	tl := tools(t)
 	for family, spec := range familySpecs(t) {
-		for _, extra := range []string{"", extraCloudConfig} {
-			for _, packed := range []bool{false, true} {
-				name := fmt.Sprintf("%s/extra=%t/gzip=%t", family, extra != "", packed)
-				t.Run(name, func(t *testing.T) {
-					t.Parallel()
-					spec := spec
-					spec.ExtraCloudConfig = extra
-					data := render(t, spec, packed)
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					defer cancel()
-					if err := tl.Check(ctx, "", data); err != nil {
-						t.Fatalf("the real tools refuse the user data:\n%v", err)
-					}
-				})
+		for mode, install := range installModes {
+			for _, extra := range []string{"", extraCloudConfig} {
+				for _, packed := range []bool{false, true} {
+					name := fmt.Sprintf("%s/%s/extra=%t/gzip=%t", family, mode, extra != "", packed)
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						spec := spec
+						spec.Install, spec.ExtraCloudConfig = install, extra
+						data := render(t, spec, packed)
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						if err := tl.Check(ctx, install.KubernetesVersion, data); err != nil {
+							t.Fatalf("the real tools refuse the user data:\n%v", err)
+						}
+					})
+				}
 			}
 		}
+	}
+}
+
+// TestUserDataSize: with the node software installed at boot, a Hetzner Cloud user data
+// with an extra cloud-config stays well within Hetzner's 32 KiB as it is, and gzipped it is
+// a fraction of that.
+func TestUserDataSize(t *testing.T) {
+	spec := familySpecs(t)["hcloud"]
+	spec.Install, spec.ExtraCloudConfig = installModes["packages"], extraCloudConfig
+	spec.UserDataLimit = 0
+	raw, err := bootstrap.RenderUserData(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed := render(t, spec, true)
+	t.Logf("Hetzner Cloud user data, install packages, with an extra cloud-config: %d bytes, %d gzipped and base64-encoded", len(raw), len(packed))
+	if len(raw) > 24<<10 {
+		t.Errorf("%d bytes leave less than 8 KiB of Hetzner's 32 KiB for the class's own cloud-config", len(raw))
+	}
+	if len(packed) > 12<<10 {
+		t.Errorf("gzipped it is still %d bytes", len(packed))
 	}
 }
 

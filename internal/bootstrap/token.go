@@ -22,6 +22,10 @@ import (
 // RBAC (CSR creation and auto-approval) is bound to it.
 const DefaultGroup = "system:bootstrappers:kubeadm:default-node-token"
 
+// ReportGroup is the extra group of a claim's bootstrap token that lets its machine report
+// its boot to the claim's BootReport, and to no other (reportaccess).
+const ReportGroup = "system:bootstrappers:fulfiller:boot-report"
+
 // Token is a bootstrap token, <id>.<secret>. Its String form is a credential: never log it.
 type Token struct {
 	ID     string

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -41,31 +43,54 @@ const cloudConfigHeader = "#cloud-config\n"
 // gzipBase64Prefix is how base64 of a gzip stream (magic 1f 8b 08) starts.
 const gzipBase64Prefix = "H4sI"
 
-// RenderUserData renders the cloud-init user data that joins the machine: the
-// JoinConfiguration written 0600 and `kubeadm join` run once (after reading the instance ID
-// into it from the metadata service, with ProviderIDFrom), then the file removed; the
-// NodeClass's extra cloud-config merged in (mergeCloudConfig); and, over the node type's
-// limit, gzipped and base64-encoded.
+// RenderUserData renders the cloud-init user data that joins the machine (see
+// docs/node-bootstrap.md): write_files puts the JoinConfiguration (0600), the boot script, its
+// settings (0600) and, with spec.Install.Packages, the install script on the machine, and
+// runcmd runs the boot script once: it installs the node software when asked, reads the
+// instance ID into the JoinConfiguration from the metadata service (ProviderIDFrom), runs
+// `kubeadm join`, reports its progress (spec.Report) and removes the files that hold the
+// token. The NodeClass's extra cloud-config is merged in (mergeCloudConfig); over the node
+// type's limit the whole is gzipped and base64-encoded.
 func RenderUserData(spec JoinSpec) ([]byte, error) {
+	if err := spec.Install.Validate(); err != nil {
+		return nil, err
+	}
 	join, err := yaml.Marshal(spec.JoinConfiguration())
 	if err != nil {
 		return nil, fmt.Errorf("encoding JoinConfiguration: %w", err)
 	}
-	joinCmd := []any{"kubeadm", "join", "--config", JoinConfigPath}
+	env := []envVar{{"FULFILLER_JOIN_CONFIG", JoinConfigPath}, {"FULFILLER_INSTALL", spec.Install.mode()}}
 	if src := spec.ProviderIDFrom; src != nil {
 		if err := src.Validate(); err != nil {
 			return nil, err
 		}
-		// The instance ID first, then the join, in one script: cloud-init runs the runcmd
-		// entries on even when one fails.
-		joinCmd = []any{"sh", "-c", providerIDScript(*src)}
+		env = append(env, envVar{"FULFILLER_INSTANCE_ID_URL", src.URL})
 	}
+	files := []any{
+		file(JoinConfigPath, "0600", string(join)),
+		file(BootScriptPath, "0755", string(BootScript)),
+	}
+	if spec.Install.Packages {
+		env = append(env, spec.Install.env()...)
+		files = append(files, file(InstallScriptPath, "0755", string(InstallScript)))
+	}
+	if r := spec.Report; r != nil {
+		if err := r.Validate(); err != nil {
+			return nil, err
+		}
+		env = append(env, envVar{"FULFILLER_REPORT_URL", r.URL}, envVar{"FULFILLER_REPORT_CA", ReportCAPath}, envVar{"FULFILLER_REPORT_AUTH", ReportAuthPath})
+		files = append(files,
+			file(ReportCAPath, "0644", string(r.CAPEM)),
+			file(ReportAuthPath, "0600", "Authorization: Bearer "+spec.Token.String()+"\n"))
+	}
+	envFile, err := renderEnv(env)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, file(BootEnvPath, "0600", envFile))
 	ours := map[string]any{
-		"write_files": []any{map[string]any{"path": JoinConfigPath, "permissions": "0600", "owner": "root:root", "content": string(join)}},
-		"runcmd": []any{
-			joinCmd,
-			[]any{"rm", "-f", JoinConfigPath},
-		},
+		"write_files": files,
+		"runcmd":      []any{[]any{"sh", BootScriptPath}},
 	}
 	doc, err := mergeCloudConfig(ours, spec.ExtraCloudConfig)
 	if err != nil {
@@ -78,8 +103,29 @@ func RenderUserData(spec JoinSpec) ([]byte, error) {
 	return FitUserData(append([]byte(cloudConfigHeader), body...), spec.UserDataLimit)
 }
 
+// file is one write_files entry, owned by root.
+func file(path, permissions, content string) map[string]any {
+	return map[string]any{"path": path, "permissions": permissions, "owner": "root:root", "content": content}
+}
+
+// envVar is one setting of the boot script.
+type envVar struct{ name, value string }
+
+// renderEnv writes the boot script's settings as shell assignments, each value single-quoted.
+func renderEnv(vars []envVar) (string, error) {
+	var b strings.Builder
+	b.WriteString("# The fulfiller's settings of this machine's boot script (boot.sh).\n")
+	for _, v := range vars {
+		if strings.ContainsAny(v.value, "'\n") {
+			return "", fmt.Errorf("boot setting %s may not hold a quote or a newline", v.name)
+		}
+		fmt.Fprintf(&b, "%s='%s'\n", v.name, v.value)
+	}
+	return b.String(), nil
+}
+
 // mergeCloudConfig merges the user's #cloud-config into ours: write_files after ours (the
-// user may not write our file), runcmd before ours (so it can prepare the machine before
+// user may not write our files), runcmd before ours (so it can prepare the machine before
 // `kubeadm join`), every other key as the user wrote it. Keys of ours other than those two
 // are not the user's to set.
 func mergeCloudConfig(ours map[string]any, extra string) (map[string]any, error) {
@@ -105,8 +151,10 @@ func mergeCloudConfig(ours map[string]any, extra string) (map[string]any, error)
 				return nil, fmt.Errorf("%w: write_files must be a list", ErrInvalidCloudConfig)
 			}
 			for _, f := range files {
-				if m, ok := f.(map[string]any); ok && m["path"] == JoinConfigPath {
-					return nil, fmt.Errorf("%w: write_files may not write %s, the fulfiller's JoinConfiguration", ErrInvalidCloudConfig, JoinConfigPath)
+				if m, ok := f.(map[string]any); ok {
+					if p, _ := m["path"].(string); slices.Contains(ourPaths, path.Clean(p)) {
+						return nil, fmt.Errorf("%w: write_files may not write %s, one of the fulfiller's files", ErrInvalidCloudConfig, p)
+					}
 				}
 			}
 			out[k] = append(append([]any{}, ours[k].([]any)...), files...)

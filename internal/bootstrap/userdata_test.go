@@ -23,6 +23,7 @@ func testSpec(t *testing.T) JoinSpec {
 // TestMergeCloudConfig: the user's write_files come after ours, the user's runcmd before
 // `kubeadm join`, other keys pass through; our file and our keys are not the user's.
 func TestMergeCloudConfig(t *testing.T) {
+	ours := []string{JoinConfigPath, BootScriptPath, BootEnvPath}
 	for _, tc := range []struct {
 		name, extra string
 		wantErr     string
@@ -30,11 +31,12 @@ func TestMergeCloudConfig(t *testing.T) {
 		cmds        []string
 		keys        []string
 	}{
-		{name: "none", files: []string{JoinConfigPath}, cmds: []string{"kubeadm", "rm"}},
+		{name: "none", files: ours, cmds: []string{"sh"}},
 		{name: "merged", extra: "#cloud-config\nwrite_files:\n- path: /etc/motd\n  content: hi\nruncmd:\n- [modprobe, br_netfilter]\n- sysctl --system\npackages: [containerd]\n",
-			files: []string{JoinConfigPath, "/etc/motd"}, cmds: []string{"modprobe", "sysctl --system", "kubeadm", "rm"}, keys: []string{"packages"}},
-		{name: "no header is fine", extra: "bootcmd:\n- echo early\n", files: []string{JoinConfigPath}, cmds: []string{"kubeadm", "rm"}, keys: []string{"bootcmd"}},
+			files: append(append([]string{}, ours...), "/etc/motd"), cmds: []string{"modprobe", "sysctl --system", "sh"}, keys: []string{"packages"}},
+		{name: "no header is fine", extra: "bootcmd:\n- echo early\n", files: ours, cmds: []string{"sh"}, keys: []string{"bootcmd"}},
 		{name: "our file", extra: "write_files:\n- path: " + JoinConfigPath + "\n  content: evil\n", wantErr: "may not write"},
+		{name: "our script", extra: "write_files:\n- path: /usr/local/lib/fulfiller/../fulfiller/boot.sh\n  content: evil\n", wantErr: "may not write"},
 		{name: "shell script", extra: "#!/bin/sh\necho hi\n", wantErr: "must be a #cloud-config document"},
 		{name: "write_files not a list", extra: "write_files: {path: /x}\n", wantErr: "write_files must be a list"},
 		{name: "runcmd not a list", extra: "runcmd: reboot\n", wantErr: "runcmd must be a list"},

@@ -24,7 +24,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fulfiller-sh/fulfiller/internal/bootstrap/reportaccess"
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
 	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
@@ -212,6 +214,16 @@ func Serve(dir, executor string, hcloud bool) error {
 	} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+		}
+	}
+	// What lets a claim's machine report its boot, as the chart installs it.
+	kube, err := client.New(cp.Config, client.Options{})
+	if err != nil {
+		return err
+	}
+	for _, obj := range reportaccess.Objects(Namespace, "fulfiller-boot-report") {
+		if err := kube.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
 		}
 	}
 	if hcloud {

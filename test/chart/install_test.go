@@ -106,7 +106,7 @@ func TestInstall(t *testing.T) {
 		"--take-ownership"); err != nil {
 		t.Fatalf("installing the CRD chart over the CRDs of chart 0.1.0: %v\n%s", err, out)
 	}
-	for _, crd := range append(slices.Clone(karpenterCRDNames), fulfillerCRDNames...) {
+	for _, crd := range crdChartNames {
 		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -307,6 +307,10 @@ runner:
 			{"delete", "coordination.k8s.io", "leases", "kube-node-lease", "node-a", true},
 			{"create", "fulfiller.sh", "fulfillments", "", "", true},
 			{"update", "fulfiller.sh", "fulfillments/status", "", "claim-a", true},
+			{"create", "fulfiller.sh", "bootreports", releaseNS, "", true},
+			{"delete", "fulfiller.sh", "bootreports", releaseNS, "claim-a", true},
+			{"watch", "fulfiller.sh", "bootreports", "", "", true},
+			{"patch", "fulfiller.sh", "bootreports/status", releaseNS, "claim-a", false},
 			{"patch", "fulfiller.sh", "tofunodeclasses/status", "", "sim", true},
 			{"watch", "fulfiller.sh", "tofunodeclasses", "", "", true},
 			// Its finalizer on a class needs update and patch: the chart's admission policy
@@ -375,7 +379,7 @@ runner:
 		} else if !strings.Contains(out, "kept due to the resource policy") {
 			t.Errorf("helm uninstall fulfiller-crd: %s", out)
 		}
-		for _, crd := range append(slices.Clone(karpenterCRDNames), fulfillerCRDNames...) {
+		for _, crd := range crdChartNames {
 			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
 			if err != nil || got.DeletionTimestamp != nil {
 				t.Errorf("CRD %s after helm uninstall fulfiller-crd: %v", crd, err)
@@ -386,7 +390,10 @@ runner:
 
 var (
 	karpenterCRDNames = []string{"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh", "capacitybuffers.autoscaling.x-k8s.io"}
+	// chart 0.1.0's CRDs of the fulfiller
 	fulfillerCRDNames = []string{"tofunodeclasses.fulfiller.sh", "fulfillments.fulfiller.sh"}
+	// every CRD the CRD chart has: those and the ones since 0.1.0
+	crdChartNames = append(append(slices.Clone(karpenterCRDNames), fulfillerCRDNames...), "bootreports.fulfiller.sh")
 )
 
 // applyKarpenterCRDs applies the embedded Karpenter core's CRDs with
