@@ -5,9 +5,13 @@ package claims
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/awslabs/operatorpkg/controller"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,6 +83,7 @@ func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controll
 		Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Executor: o.Executor, Unavailable: o.Unavailable,
 		Namespace: o.Namespace, StateNamespace: o.StateNamespace, TofuPath: o.TofuPath, TofuStartsProviders: o.TofuStartsProviders,
 		RunEnv: o.RunEnv, DestroyDeadline: o.DestroyDeadline, RetryBackoff: o.RetryBackoff, Families: o.Families, ClusterName: o.ClusterName,
+		ServerVersion: serverVersion(o.RESTConfig),
 	})
 	switch e := o.Executor.(type) {
 	case *executor.Local:
@@ -98,5 +103,28 @@ func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controll
 			SecretNamespace: o.Namespace, StateNamespace: o.StateNamespace, Cluster: o.ClusterName, Interval: o.PoolKeeperInterval}),
 		fulfillments,
 		cloudprovider.NewRecordRecovery(provider, o.Clock),
+	}
+}
+
+// serverVersion reads the API server's version, without a distribution's suffix
+// (v1.36.3+k3s1 is v1.36.3); nil without a configuration.
+func serverVersion(cfg *rest.Config) func(context.Context) (string, error) {
+	if cfg == nil {
+		return nil
+	}
+	return func(context.Context) (string, error) {
+		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return "", err
+		}
+		info, err := dc.ServerVersion()
+		if err != nil {
+			return "", err
+		}
+		v, err := version.ParseGeneric(info.GitVersion)
+		if err != nil {
+			return "", fmt.Errorf("the API server's version %q: %w", info.GitVersion, err)
+		}
+		return fmt.Sprintf("v%d.%d.%d", v.Major(), v.Minor(), v.Patch()), nil
 	}
 }

@@ -51,7 +51,7 @@ func NewClient(funcs *interceptor.Funcs, objs ...client.Object) client.WithWatch
 		return c.Update(ctx, obj, opts...)
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme.Scheme).
-		WithStatusSubresource(&v1alpha1.Fulfillment{}, &v1alpha1.TofuNodeClass{}, &karpv1.NodeClaim{}, &corev1.Node{}).
+		WithStatusSubresource(&v1alpha1.Fulfillment{}, &v1alpha1.TofuNodeClass{}, &v1alpha1.BootReport{}, &karpv1.NodeClaim{}, &corev1.Node{}).
 		WithIndex(&corev1.Node{}, NodeProviderIDField, func(o client.Object) []string {
 			return []string{o.(*corev1.Node).Spec.ProviderID}
 		}).

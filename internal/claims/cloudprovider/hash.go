@@ -37,6 +37,9 @@ func nodeHash(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) string {
 		Type      v1alpha1.NodeType
 	}{nc.Spec.Module, nc.Spec.Variables, nc.Spec.Bootstrap, *nt.DeepCopy()}
 	in.Bootstrap.TokenTTL = metav1.Duration{}
+	if in.Bootstrap.Install == v1alpha1.InstallPackages {
+		in.Bootstrap.Install = "" // the default: the same machines
+	}
 	in.Type.Offerings = nil
 	in.Type.Deadlines = v1alpha1.StageDeadlines{} // how long stages may take does not change a node
 	data, _ := json.Marshal(in)                   // maps marshal with sorted keys: stable

@@ -25,15 +25,18 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
-// bootstrapStage mints the claim's bootstrap token and renders its user data, once: the same
-// user data is passed to every apply of the claim (on Hetzner a change would replace the
-// server).
+// bootstrapStage mints the claim's bootstrap token, creates the BootReport its machine
+// reports to and renders its user data, once: the same user data is passed to every apply of
+// the claim (on Hetzner a change would replace the server).
 type bootstrapStage struct {
 	kube        client.Client
 	apiReader   client.Reader
 	clock       clock.Clock
 	unavailable run.Unavailable
 	namespace   string
+	// serverVersion is the API server's version, the Kubernetes version installed when a
+	// class names none.
+	serverVersion func(context.Context) (string, error)
 }
 
 func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
@@ -66,6 +69,14 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	install, err := b.install(ctx, s.Class)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	criSocket := s.Class.Spec.Bootstrap.CRISocket
+	if criSocket == "" && install.Packages {
+		criSocket = containerdSocket // what install.sh sets up
+	}
 	userData, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
 		APIServerEndpoint: s.Class.Spec.Bootstrap.APIServerEndpoint,
 		Token:             tok,
@@ -76,10 +87,15 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		Reservations:      classconfig.Reservations(s.NodeType),
 		Labels:            kubeletLabels(nodeLabels(s)),
 		Taints:            append([]corev1.Taint{karpv1.UnregisteredNoExecuteTaint}, gates.Taints(s.Class, s.NodeType)...),
-		CRISocket:         s.Class.Spec.Bootstrap.CRISocket,
+		CRISocket:         criSocket,
 		KubeletExtraArgs:  kubeletArgs(s.Class, s.NodeType),
-		ExtraCloudConfig:  s.Class.Spec.Bootstrap.ExtraCloudConfig,
-		UserDataLimit:     userDataLimit(s.NodeType),
+		Install:           install,
+		Report: &bootstrap.Report{
+			URL:   bootstrap.ReportURL(s.Class.Spec.Bootstrap.APIServerEndpoint, v1alpha1.Group, v1alpha1.SchemeGroupVersion.Version, b.namespace, s.F.Name),
+			CAPEM: []byte(ca.Data["ca.crt"]),
+		},
+		ExtraCloudConfig: s.Class.Spec.Bootstrap.ExtraCloudConfig,
+		UserDataLimit:    userDataLimit(s.NodeType),
 	})
 	if reason := renderFailure(err); reason != "" {
 		// The same inputs fail for every claim of this type: no machine, no token, and the
@@ -96,6 +112,9 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := b.bootReport(ctx, s.F, tok); err != nil {
+		return reconcile.Result{}, err
+	}
 	ttl := s.Class.TokenTTL()
 	labels := map[string]string{keys.LabelNodeClaim: s.F.Name}
 	expires := b.clock.Now().Add(ttl)
@@ -103,6 +122,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		Expires:     expires,
 		Description: "fulfiller join token of nodeclaim " + s.F.Name,
 		Labels:      labels,
+		Groups:      []string{bootstrap.DefaultGroup, bootstrap.ReportGroup},
 	})
 	if err := b.kube.Create(ctx, tokenSecret); err != nil {
 		return reconcile.Result{}, fmt.Errorf("creating bootstrap token: %w", err)
@@ -123,6 +143,52 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 	s.F.Status.UserDataSecret, s.F.Status.TokenID = name, tok.ID
 	s.UserData, s.tokenExpires = string(userData), expires
 	return reconcile.Result{}, nil
+}
+
+// containerdSocket is containerd's CRI socket.
+const containerdSocket = "unix:///run/containerd/containerd.sock"
+
+// install is how the class's machines get their node software: with packages, of the
+// class's Kubernetes version, or the API server's when it names none.
+func (b *bootstrapStage) install(ctx context.Context, nc *v1alpha1.TofuNodeClass) (bootstrap.Install, error) {
+	if nc.Spec.Bootstrap.InstallOrDefault() != v1alpha1.InstallPackages {
+		return bootstrap.Install{}, nil
+	}
+	version := nc.Spec.Bootstrap.KubernetesVersion
+	if version == "" {
+		if b.serverVersion == nil {
+			return bootstrap.Install{}, errors.New("the class names no kubernetesVersion and the API server's version is unknown")
+		}
+		v, err := b.serverVersion(ctx)
+		if err != nil {
+			return bootstrap.Install{}, fmt.Errorf("reading the API server's version for the node software: %w", err)
+		}
+		version = v
+	}
+	return bootstrap.Install{Packages: true, KubernetesVersion: version}, nil
+}
+
+// bootReport creates the claim's BootReport, which the machine's token (tok) may write, owned
+// by the Fulfillment so that it goes with it. One left by an attempt whose token was not
+// kept (the user data Secret was not written) is replaced: its token ID cannot change.
+func (b *bootstrapStage) bootReport(ctx context.Context, f *v1alpha1.Fulfillment, tok bootstrap.Token) error {
+	report := &v1alpha1.BootReport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: b.namespace, Name: f.Name, Labels: map[string]string{keys.LabelNodeClaim: f.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(f, v1alpha1.SchemeGroupVersion.WithKind("Fulfillment"))}},
+		Spec: v1alpha1.BootReportSpec{TokenID: tok.ID},
+	}
+	err := b.kube.Create(ctx, report)
+	if apierrors.IsAlreadyExists(err) {
+		old := &v1alpha1.BootReport{ObjectMeta: metav1.ObjectMeta{Namespace: b.namespace, Name: f.Name}}
+		if err := b.kube.Delete(ctx, old); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replacing the boot report: %w", err)
+		}
+		err = b.kube.Create(ctx, report)
+	}
+	if err != nil {
+		return fmt.Errorf("creating the boot report: %w", err)
+	}
+	return nil
 }
 
 // renderFailure maps an error of RenderUserData to the reason of a claim that cannot get a

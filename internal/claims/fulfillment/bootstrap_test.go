@@ -52,7 +52,7 @@ func TestBootstrapRendersGatesAndLimits(t *testing.T) {
 		compressed bool
 	}{
 		{name: "no limit"},
-		{name: "compressed under the limit", limit: "4Ki", compressed: true},
+		{name: "compressed under the limit", limit: "16Ki", compressed: true},
 		{name: "too large", limit: "200", tooLarge: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,7 +70,7 @@ func TestBootstrapRendersGatesAndLimits(t *testing.T) {
 			ca := clusterCA(t)
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
 			unavailable := cloudprovider.NewUnavailableOfferings(clk, time.Minute)
-			stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", unavailable: unavailable}
+			stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", serverVersion: testServerVersion, unavailable: unavailable}
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 				Spec: v1alpha1.FulfillmentSpec{NodeType: "gpu", NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: "sim://claim"}}
 			s := &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}, claim: &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim"}}}
@@ -153,7 +153,7 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 			ca := clusterCA(t)
 			kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ca).Build()
 			unavailable := cloudprovider.NewUnavailableOfferings(clk, time.Minute)
-			stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", unavailable: unavailable}
+			stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", serverVersion: testServerVersion, unavailable: unavailable}
 			f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 				Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: tc.providerID}}
 			s := &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}}
@@ -173,7 +173,7 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 			if id, _ := jc.NodeRegistration.Arg("provider-id"); id != tc.wantID {
 				t.Errorf("provider-id = %q, want %q", id, tc.wantID)
 			}
-			if reads := strings.Contains(data, "curl"); reads != (tc.wantURL != "") || tc.wantURL != "" && !strings.Contains(data, "'"+tc.wantURL+"'") {
+			if reads := strings.Contains(data, "FULFILLER_INSTANCE_ID_URL="); reads != (tc.wantURL != "") || tc.wantURL != "" && !strings.Contains(data, "FULFILLER_INSTANCE_ID_URL='"+tc.wantURL+"'") {
 				t.Errorf("user data reads the metadata: %v, want %q:\n%s", reads, tc.wantURL, data)
 			}
 			for arg, want := range map[string]string{"kube-reserved": "cpu=100m", "system-reserved": "memory=128Mi", "eviction-hard": "memory.available<5%"} {

@@ -68,6 +68,9 @@ type Options struct {
 	// ClusterName is this cluster's name: the value of the cluster label the modules put on
 	// every machine (keys.LabelCluster).
 	ClusterName string
+	// ServerVersion is the API server's version (vX.Y.Z): the Kubernetes version a class
+	// that names none installs on its machines.
+	ServerVersion func(context.Context) (string, error)
 }
 
 // Controller drives one claim from decision to a Ready node, and from deletion to a
@@ -98,11 +101,11 @@ func NewController(o Options) *Controller {
 		claimInventory.source.Store(&inventorySource{kube: o.Kube, clock: o.Clock})
 	}
 	c.stages = []stage{
-		&bootstrapStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock, unavailable: o.Unavailable, namespace: o.Namespace},
+		&bootstrapStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock, unavailable: o.Unavailable, namespace: o.Namespace, serverVersion: o.ServerVersion},
 		&tokenStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock},
 		&applyStage{runs: apply, clock: o.Clock},
 		&machineStage{runs: runs, apiReader: o.APIReader, families: o.Families, namespace: o.Namespace, cluster: o.ClusterName},
-		&joinStage{kube: o.Kube, clock: o.Clock, unavailable: o.Unavailable},
+		&joinStage{kube: o.Kube, clock: o.Clock, unavailable: o.Unavailable, namespace: o.Namespace},
 		&gateStage{kube: o.Kube, clock: o.Clock},
 		&initializationStage{},
 		replaceStage{},
@@ -154,6 +157,8 @@ func (c *Controller) Register(_ context.Context, m manager.Manager) error {
 		For(&v1alpha1.Fulfillment{}).
 		Watches(&karpv1.NodeClaim{}, byName).
 		Watches(&corev1.Node{}, byName).
+		// What the claim's machine reports of its boot.
+		Watches(&v1alpha1.BootReport{}, byName).
 		// Claims woken when a run ends: its own, and the one waiting longest for a runner.
 		WatchesRawSource(source.Channel(c.runs.Wake(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 10}).

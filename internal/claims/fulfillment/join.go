@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -21,12 +22,15 @@ import (
 const nodeProviderIDField = "spec.providerID"
 
 // joinStage waits for the Node with the claim's provider ID, revokes the bootstrap token as
-// soon as it is there, and gives up after the node type's join timeout (decideWaiting); while
-// it waits, the family's observation of the machine (machineStage) says why.
+// soon as it is there, and gives up after the node type's join timeout, or at once when the
+// machine reports a failed step (decideWaiting); while it waits, the machine's BootReport and
+// the family's observation of the machine (machineStage) say why.
 type joinStage struct {
 	kube        client.Client
 	clock       clock.Clock
 	unavailable run.Unavailable
+	// namespace holds the claims' BootReports.
+	namespace string
 }
 
 func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
@@ -54,8 +58,13 @@ func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 	if s.NodeType != nil {
 		timeout = s.NodeType.JoinTimeoutOrDefault()
 	}
+	report := &v1alpha1.BootReport{}
+	err := j.kube.Get(ctx, client.ObjectKey{Namespace: j.namespace, Name: s.F.Name}, report)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("reading the boot report: %w", err)
+	}
 	waited := j.clock.Since(s.F.Status.Stages.Applied.Time)
-	d := decideWaiting(s.observed, s.F.Status.ProviderID, waited, timeout)
+	d := decideWaiting(s.observed, &report.Status, s.F.Status.ProviderID, waited, timeout)
 	if d.Fail {
 		s.Conds.SetFalse(v1alpha1.ConditionJoined, d.Reason, d.Message)
 		s.Events = append(s.Events, joinFailedEvent(s.F, d.Reason, d.Message))

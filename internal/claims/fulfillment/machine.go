@@ -88,22 +88,37 @@ type waitDecision struct {
 	MarkUnavailable bool
 }
 
-// decideWaiting decides from the family's observation of the machine (nil: no watcher) and
-// how long the claim has waited since its apply. A machine gone fails at once; at the join
+// decideWaiting decides from the family's observation of the machine (nil: no watcher), the
+// machine's own report of its boot (empty: none yet) and how long the claim has waited since
+// its apply. A machine gone, or one that reports a failed step, fails at once; at the join
 // timeout a machine its infrastructure cannot run counts as insufficient capacity; before it,
-// the observation says why the node is not there yet.
-func decideWaiting(obs *family.Observation, providerID string, waited, timeout time.Duration) waitDecision {
+// the report, else the observation, says why the node is not there yet.
+func decideWaiting(obs *family.Observation, boot *v1alpha1.BootReportStatus, providerID string, waited, timeout time.Duration) waitDecision {
 	if obs != nil && obs.Gone {
 		return waitDecision{Fail: true, Reason: v1alpha1.ReasonMachineDeleted, Message: obs.Message}
+	}
+	if boot == nil {
+		boot = &v1alpha1.BootReportStatus{}
+	}
+	if boot.Stage == v1alpha1.BootStageFailed {
+		return waitDecision{Fail: true, Reason: v1alpha1.ReasonBootstrapFailed, Message: fmt.Sprintf("the machine's step %s failed: %s", boot.Step, boot.Message)}
 	}
 	if waited >= timeout {
 		d := waitDecision{Fail: true, Reason: v1alpha1.ReasonJoinTimeout,
 			Message: fmt.Sprintf("no node registered with provider id %s within %s of the apply", providerID, timeout)}
-		if obs != nil && obs.Reason != "" {
+		if boot.Stage != "" {
+			d.Message += fmt.Sprintf("; the machine last reported %s (step %s)", boot.Stage, boot.Step)
+		} else if obs != nil && obs.Reason != "" {
 			d.Reason, d.Message = obs.Reason, fmt.Sprintf("no node within %s of the apply: %s", timeout, obs.Message)
 			d.MarkUnavailable = obs.CapacityFailure
 		}
 		return d
+	}
+	switch boot.Stage {
+	case v1alpha1.BootStageInstalling:
+		return waitDecision{Reason: v1alpha1.ReasonInstalling, Message: "the machine installs its node software"}
+	case v1alpha1.BootStageJoining:
+		return waitDecision{Reason: v1alpha1.ReasonJoining, Message: "the machine runs kubeadm join"}
 	}
 	if obs != nil && obs.Reason != "" {
 		return waitDecision{Reason: obs.Reason, Message: obs.Message}

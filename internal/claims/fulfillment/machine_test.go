@@ -19,34 +19,49 @@ import (
 )
 
 // TestDecideWaiting: what waiting for a node means, from the family's observation of the
-// machine and the time since the apply.
+// machine, the machine's own report of its boot and the time since the apply.
 func TestDecideWaiting(t *testing.T) {
 	const timeout = 10 * time.Minute
 	unschedulable := &family.Observation{Reason: "VMUnschedulable", Message: "ErrorUnschedulable: 0/3 nodes are available", CapacityFailure: true}
 	pull := &family.Observation{Reason: "VMImagePullFailed", Message: "ErrImagePull: not found"}
+	installing := &v1alpha1.BootReportStatus{Stage: v1alpha1.BootStageInstalling, Step: "install"}
+	joining := &v1alpha1.BootReportStatus{Stage: v1alpha1.BootStageJoining, Step: "join"}
+	failedInstall := &v1alpha1.BootReportStatus{Stage: v1alpha1.BootStageFailed, Step: "kubernetes-packages",
+		Message: "apt_get exited with status 100 (E: Unable to locate package kubelet)"}
+	running := &family.Observation{Reason: "VMRunning", Message: "the VM runs"}
 	for _, tc := range []struct {
 		name   string
 		obs    *family.Observation
+		boot   *v1alpha1.BootReportStatus
 		waited time.Duration
 		want   waitDecision
 	}{
-		{"no watcher", nil, time.Minute, waitDecision{Reason: v1alpha1.ReasonAwaitingNode, Message: "machine created, waiting for its node to register"}},
-		{"no watcher, timeout", nil, timeout, waitDecision{Fail: true, Reason: v1alpha1.ReasonJoinTimeout,
+		{"installing", nil, installing, time.Minute, waitDecision{Reason: v1alpha1.ReasonInstalling, Message: "the machine installs its node software"}},
+		{"the report says more than the family", running, joining, time.Minute, waitDecision{Reason: v1alpha1.ReasonJoining, Message: "the machine runs kubeadm join"}},
+		{"a failed step fails at once", running, failedInstall, time.Minute, waitDecision{Fail: true, Reason: v1alpha1.ReasonBootstrapFailed,
+			Message: "the machine's step kubernetes-packages failed: apt_get exited with status 100 (E: Unable to locate package kubelet)"}},
+		{"a failed step past the timeout is still the failure", nil, failedInstall, timeout, waitDecision{Fail: true, Reason: v1alpha1.ReasonBootstrapFailed,
+			Message: "the machine's step kubernetes-packages failed: apt_get exited with status 100 (E: Unable to locate package kubelet)"}},
+		{"timeout after a report says where it was", unschedulable, installing, timeout, waitDecision{Fail: true, Reason: v1alpha1.ReasonJoinTimeout,
+			Message: "no node registered with provider id p://n within 10m0s of the apply; the machine last reported Installing (step install)"}},
+		{"gone before its report", &family.Observation{Gone: true, Message: "vm gone"}, failedInstall, time.Second, waitDecision{Fail: true, Reason: v1alpha1.ReasonMachineDeleted, Message: "vm gone"}},
+		{"no watcher", nil, nil, time.Minute, waitDecision{Reason: v1alpha1.ReasonAwaitingNode, Message: "machine created, waiting for its node to register"}},
+		{"no watcher, timeout", nil, nil, timeout, waitDecision{Fail: true, Reason: v1alpha1.ReasonJoinTimeout,
 			Message: "no node registered with provider id p://n within 10m0s of the apply"}},
-		{"the family says why", pull, time.Minute, waitDecision{Reason: "VMImagePullFailed", Message: "ErrImagePull: not found"}},
-		{"unschedulable before the timeout waits", unschedulable, timeout - time.Second, waitDecision{Reason: "VMUnschedulable", Message: unschedulable.Message}},
-		{"unschedulable at the timeout is insufficient capacity", unschedulable, timeout, waitDecision{Fail: true, Reason: "VMUnschedulable",
+		{"the family says why", pull, nil, time.Minute, waitDecision{Reason: "VMImagePullFailed", Message: "ErrImagePull: not found"}},
+		{"unschedulable before the timeout waits", unschedulable, nil, timeout - time.Second, waitDecision{Reason: "VMUnschedulable", Message: unschedulable.Message}},
+		{"unschedulable at the timeout is insufficient capacity", unschedulable, nil, timeout, waitDecision{Fail: true, Reason: "VMUnschedulable",
 			Message: "no node within 10m0s of the apply: ErrorUnschedulable: 0/3 nodes are available", MarkUnavailable: true}},
-		{"image pull at the timeout is the family's reason, no capacity", pull, timeout, waitDecision{Fail: true, Reason: "VMImagePullFailed",
+		{"image pull at the timeout is the family's reason, no capacity", pull, nil, timeout, waitDecision{Fail: true, Reason: "VMImagePullFailed",
 			Message: "no node within 10m0s of the apply: ErrImagePull: not found"}},
-		{"gone fails at once", &family.Observation{Gone: true, Message: "vm gone"}, time.Second, waitDecision{Fail: true, Reason: v1alpha1.ReasonMachineDeleted, Message: "vm gone"}},
-		{"not readable", &family.Observation{Message: "the machine's status cannot be read: x"}, time.Minute,
+		{"gone fails at once", &family.Observation{Gone: true, Message: "vm gone"}, nil, time.Second, waitDecision{Fail: true, Reason: v1alpha1.ReasonMachineDeleted, Message: "vm gone"}},
+		{"not readable", &family.Observation{Message: "the machine's status cannot be read: x"}, nil, time.Minute,
 			waitDecision{Reason: v1alpha1.ReasonAwaitingNode, Message: "machine created, waiting for its node to register; the machine's status cannot be read: x"}},
-		{"not readable at the timeout", &family.Observation{Message: "x"}, timeout, waitDecision{Fail: true, Reason: v1alpha1.ReasonJoinTimeout,
+		{"not readable at the timeout", &family.Observation{Message: "x"}, nil, timeout, waitDecision{Fail: true, Reason: v1alpha1.ReasonJoinTimeout,
 			Message: "no node registered with provider id p://n within 10m0s of the apply"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := decideWaiting(tc.obs, "p://n", tc.waited, timeout); got != tc.want {
+			if got := decideWaiting(tc.obs, tc.boot, "p://n", tc.waited, timeout); got != tc.want {
 				t.Errorf("decideWaiting() = %+v\nwant %+v", got, tc.want)
 			}
 		})

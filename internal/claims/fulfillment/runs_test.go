@@ -29,7 +29,7 @@ func TestFinalizeWaitsForTheApplyToStop(t *testing.T) {
 	exec := fake.New(clk)
 	exec.ScriptOperation(tfrunner.Apply, fake.Outcome{Hold: true, StopDelay: 10 * time.Second})
 	c := NewController(Options{Kube: kube, APIReader: kube, Clock: clk, Executor: exec, Unavailable: cloudprovider.NewUnavailableOfferings(clk, time.Minute),
-		Namespace: "fulfiller", StateNamespace: "fulfiller", TofuPath: "/bin/tofu"})
+		Namespace: "fulfiller", StateNamespace: "fulfiller", TofuPath: "/bin/tofu", ServerVersion: testServerVersion})
 	nc := test.TwoTypeClass()
 	f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim-a"}}
 	f.Spec.NodeClaimUID, f.Spec.StateKey, f.Spec.Module, f.Spec.NodeName = "uid-a", "claim-a", "/m", "claim-a"

@@ -50,7 +50,7 @@ func TestCollectorDeletesOnlyItsOwnSecrets(t *testing.T) {
 	}
 	kube := builder.Build()
 	// The fulfiller's own token and user data for claim "gone", as the bootstrap stage makes them.
-	stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller",
+	stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", serverVersion: testServerVersion,
 		unavailable: cloudprovider.NewUnavailableOfferings(clk, time.Minute)}
 	for _, claim := range []string{"gone"} {
 		nc := test.TwoTypeClass()

@@ -74,11 +74,15 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	return e
 }
 
+// testServerVersion is the API server's version the tests' classes install when they name
+// none.
+func testServerVersion(context.Context) (string, error) { return "v1.36.3", nil }
+
 // rebuild builds the world's controller and CloudProvider again, with the options change
 // makes (nil: the defaults).
 func (e *env) rebuild(change func(*Options)) {
 	o := Options{Kube: e.kube, APIReader: e.kube, Clock: e.clock, Recorder: e.events, Executor: e.exec, Unavailable: e.unavailable,
-		Namespace: testNamespace, StateNamespace: testNamespace, TofuPath: "/bin/tofu"}
+		Namespace: testNamespace, StateNamespace: testNamespace, TofuPath: "/bin/tofu", ServerVersion: testServerVersion}
 	if change != nil {
 		change(&o)
 	}
