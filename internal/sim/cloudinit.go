@@ -209,9 +209,25 @@ type shell struct {
 	failed []string
 }
 
-// run runs a script with the POSIX shell interpreter: name is its $0, args its $1, ....
+// machineEnv is the environment cloud-init runs runcmd with.
+var machineEnv = expand.ListEnviron("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8")
+
+// run runs a script with the POSIX shell interpreter, in cloud-init's environment: name is
+// its $0, args its $1, ....
 func (sh *shell) run(ctx context.Context, script, name string, stdin io.Reader, stdout, stderr io.Writer, options, args []string) error {
-	file, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(script), name)
+	return sh.runIn(ctx, machineEnv, script, name, stdin, stdout, stderr, options, args)
+}
+
+// runIn runs a script in the environment env (what its parent exported).
+func (sh *shell) runIn(ctx context.Context, env expand.Environ, script, name string, stdin io.Reader, stdout, stderr io.Writer, options, args []string) error {
+	// A script must be POSIX sh, as /bin/sh (dash) reads it. The interpreter runs export and
+	// readonly only as the declarations its bash variant parses them as, so the script that
+	// passed as POSIX runs in that parse.
+	if _, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(script), name); err != nil {
+		fmt.Fprintf(stderr, "sh: %v\n", err)
+		return interp.ExitStatus(2)
+	}
+	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(script), name)
 	if err != nil {
 		fmt.Fprintf(stderr, "sh: %v\n", err)
 		return interp.ExitStatus(2)
@@ -220,7 +236,7 @@ func (sh *shell) run(ctx context.Context, script, name string, stdin io.Reader, 
 	runner, err := interp.New(
 		interp.StdIO(stdin, stdout, stderr),
 		interp.Dir("/"),
-		interp.Env(expand.ListEnviron("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8")),
+		interp.Env(env),
 		interp.Params(params...),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return sh.exec }),
 		interp.OpenHandler(func(ctx context.Context, p string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
@@ -249,6 +265,19 @@ func (sh *shell) exec(ctx context.Context, args []string) error {
 	name := path.Base(args[0])
 	c := &command{sh: sh, ctx: ctx, hc: hc, name: name, args: args[1:]}
 	var status uint8
+	switch {
+	case packageTools[name]:
+		// A package operation applies the machine's fault itself, after its delay.
+	case fromImage[name] && !sh.disk.hasProgram(name):
+		fmt.Fprintf(hc.Stderr, "sh: 1: %s: not found\n", name)
+		sh.failed = append(sh.failed, name+": not found")
+		return interp.ExitStatus(127)
+	default:
+		if status, ok := c.fault(name+": simulated failure", 1); !ok {
+			sh.failed = append(sh.failed, fmt.Sprintf("%s: exit status %d", name, status))
+			return interp.ExitStatus(status)
+		}
+	}
 	switch name {
 	case "sh", "bash", "dash":
 		status = c.shell()
@@ -256,8 +285,32 @@ func (sh *shell) exec(ctx context.Context, args []string) error {
 		status = c.curl()
 	case "sed":
 		status = c.sed()
-	case "kubeadm":
-		status = c.kubeadm()
+	case "kubeadm", "kubelet", "kubectl", "crictl", "containerd", "runc":
+		status = c.installedProgram()
+	case "apt-get":
+		status = c.aptGet()
+	case "apt-cache":
+		status = c.aptCache()
+	case "apt-mark", "modprobe", "sysctl", "swapoff":
+		// Nothing a simulated machine can tell.
+	case "dpkg":
+		status = c.dpkg()
+	case "gpg":
+		status = c.gpg()
+	case "sha256sum":
+		status = c.sha256sum()
+	case "tar":
+		status = c.tar()
+	case "install":
+		status = c.install()
+	case "systemctl":
+		status = c.systemctl()
+	case "tr":
+		status = c.tr()
+	case "cut":
+		status = c.cut()
+	case "sleep":
+		status = c.sleepCommand()
 	case "rm":
 		status = c.rm()
 	case "mkdir":
@@ -278,6 +331,13 @@ func (sh *shell) exec(ctx context.Context, args []string) error {
 	return nil
 }
 
+// packageTools apply the machine's PackageFault in their package operations (after
+// PackageDelay); fromImage are programs of the image that a machine may lack.
+var (
+	packageTools = map[string]bool{"apt-get": true, "curl": true}
+	fromImage    = map[string]bool{"curl": true, "gpg": true}
+)
+
 // command is one command being run.
 type command struct {
 	sh   *shell
@@ -294,21 +354,31 @@ func (c *command) errorf(status uint8, format string, args ...any) uint8 {
 
 func (c *command) path(p string) string { return c.sh.disk.real(p, c.hc.Dir) }
 
-// shell: sh [-eux...] -c SCRIPT [NAME ARGS...].
+// shell: sh [-eux...] -c SCRIPT [NAME ARGS...], or sh [-eux...] FILE [ARGS...].
 func (c *command) shell() uint8 {
 	var options []string
 	for len(c.args) > 0 && strings.HasPrefix(c.args[0], "-") && c.args[0] != "-c" {
 		options = append(options, c.args[0])
 		c.args = c.args[1:]
 	}
-	if len(c.args) < 2 || c.args[0] != "-c" {
-		return c.errorf(2, "the simulated machine runs only sh -c SCRIPT")
+	var script, name string
+	var params []string
+	switch {
+	case len(c.args) >= 2 && c.args[0] == "-c":
+		script, name, params = c.args[1], "sh", c.args[2:]
+		if len(params) > 0 {
+			name, params = params[0], params[1:]
+		}
+	case len(c.args) >= 1 && c.args[0] != "-c":
+		data, err := os.ReadFile(c.path(c.args[0]))
+		if err != nil {
+			return c.errorf(2, "0: cannot open %s: No such file", c.args[0])
+		}
+		script, name, params = string(data), c.args[0], c.args[1:]
+	default:
+		return c.errorf(2, "the simulated machine runs sh -c SCRIPT or sh FILE")
 	}
-	name, params := "sh", c.args[2:]
-	if len(params) > 0 {
-		name, params = params[0], params[1:]
-	}
-	err := c.sh.run(c.ctx, c.args[1], name, c.hc.Stdin, c.hc.Stdout, c.hc.Stderr, options, params)
+	err := c.sh.runIn(c.ctx, c.hc.Env, script, name, c.hc.Stdin, c.hc.Stdout, c.hc.Stderr, options, params)
 	if status, ok := interp.IsExitStatus(err); ok {
 		return status
 	}
@@ -342,6 +412,11 @@ func (c *command) kubeadm() uint8 {
 	}
 	if err := c.sh.m.kubeadmJoin(c.ctx, c.path(config)); err != nil {
 		return c.errorf(1, "error execution phase: %v", err)
+	}
+	// What a joined machine has: the kubelet's kubeconfig (its credentials are in the
+	// machine's state, kubeconfig.go).
+	if err := os.WriteFile(c.path("/etc/kubernetes/kubelet.conf"), []byte("# the kubelet's kubeconfig\n"), 0o600); err != nil {
+		return c.errorf(1, "writing /etc/kubernetes/kubelet.conf: %v", unwrapPath(err))
 	}
 	return 0
 }

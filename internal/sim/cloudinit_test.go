@@ -63,6 +63,9 @@ func testShell(t *testing.T, metadataURL string) (*shell, *testenv.SyncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := d.installImage(ImageNode, ""); err != nil {
+		t.Fatal(err)
+	}
 	m := &machine{cfg: MachineConfig{Name: "shell", MetadataURL: metadataURL}, log: newProgress(log, "shell")}
 	return &shell{m: m, disk: d}, log
 }

@@ -4,7 +4,10 @@
 package sim
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -29,16 +32,19 @@ const (
 	curlBadArgs       = 2
 )
 
-// curl: GET of one URL, with -f, -s, -S, -L, -o, -H, --retry, --retry-delay,
-// --retry-connrefused, --max-time and --connect-timeout. The machine's network routes
-// 169.254.169.254 to its metadata service (MachineConfig.MetadataURL); other hosts are not
-// reachable from a simulated machine.
+// curl: one request, with -f, -s, -S, -L, -o, -H (a header or @file of headers), -X,
+// -d/--data (a string or @file), --cacert, --retry, --retry-delay, --retry-connrefused,
+// --max-time and --connect-timeout. The machine's network routes 169.254.169.254 to its
+// metadata service (MachineConfig.MetadataURL) and the package repositories' and release
+// hosts to the simulated internet (internet); other hosts are reached for real, which is how
+// the machine reaches the cluster's API server.
 func (c *command) curl() uint8 {
 	var (
 		fail, silent, showError, connRefused bool
 		retries                              int
 		retryDelay, maxTime                  time.Duration
-		output, target                       string
+		output, target, method, data, caFile string
+		headers                              []string
 	)
 	seconds := func(v string) (time.Duration, bool) {
 		f, err := strconv.ParseFloat(v, 64)
@@ -60,10 +66,14 @@ func (c *command) curl() uint8 {
 			silent = true
 		case a == "--show-error":
 			showError = true
-		case a == "--location", a == "--insecure":
+		case a == "--location", a == "--insecure", a == "--retry-all-errors":
+		case a == "--version":
+			fmt.Fprintln(c.hc.Stdout, "curl 8.5.0 (x86_64-pc-linux-gnu) fulfiller-sim")
+			return 0
 		case a == "--retry-connrefused":
 			connRefused = true
-		case a == "--retry", a == "--retry-delay", a == "--max-time", a == "-m", a == "--connect-timeout", a == "--output", a == "-o", a == "-H", a == "--header":
+		case a == "--retry", a == "--retry-delay", a == "--max-time", a == "-m", a == "--connect-timeout", a == "--output", a == "-o",
+			a == "-H", a == "--header", a == "-X", a == "--request", a == "-d", a == "--data", a == "--cacert":
 			v, ok := value()
 			if !ok {
 				return c.errorf(curlBadArgs, "option %s: requires parameter", a)
@@ -81,8 +91,14 @@ func (c *command) curl() uint8 {
 				_, good = seconds(v)
 			case "--output", "-o":
 				output, good = v, true
+			case "-X", "--request":
+				method, good = v, true
+			case "-d", "--data":
+				data, good = v, true
+			case "--cacert":
+				caFile, good = v, true
 			default:
-				good = true
+				headers, good = append(headers, v), true
 			}
 			if !good {
 				return c.errorf(curlBadArgs, "option %s: expected a proper numerical parameter", a)
@@ -120,9 +136,35 @@ func (c *command) curl() uint8 {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		return report(3, "URL rejected: %q", target)
 	}
+	req := request{url: u, method: method, maxTime: maxTime, fail: fail, connRefused: connRefused}
+	if req.method == "" {
+		req.method = http.MethodGet
+		if data != "" {
+			req.method = http.MethodPost
+		}
+	}
+	if req.body, err = c.curlArg(data); err != nil {
+		return report(26, "Failed to open/read local data from file/application")
+	}
+	for _, h := range headers {
+		lines, err := c.curlArg(h)
+		if err != nil {
+			return report(26, "Failed to open/read local data from file/application")
+		}
+		for _, line := range strings.Split(string(lines), "\n") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+				req.headers = append(req.headers, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+			}
+		}
+	}
+	if caFile != "" {
+		if req.ca, err = os.ReadFile(c.path(caFile)); err != nil {
+			return report(77, "error setting certificate file: %s", caFile)
+		}
+	}
 	delay := retryDelay
 	for attempt := 0; ; attempt++ {
-		status, transient, body, msg := c.fetch(u, maxTime, fail, connRefused)
+		status, transient, body, msg := c.fetch(req)
 		if status == 0 {
 			if output != "" {
 				if err := os.WriteFile(c.path(output), body, 0o644); err != nil {
@@ -151,49 +193,95 @@ func (c *command) curl() uint8 {
 	}
 }
 
-// fetch makes one GET; transient says whether curl's --retry retries the failure.
-func (c *command) fetch(u *url.URL, maxTime time.Duration, fail, connRefused bool) (status uint8, transient bool, body []byte, msg string) {
-	host := u.Hostname()
-	if host != MetadataHost || c.sh.m.cfg.MetadataURL == "" {
-		return curlCannotConnect, connRefused, nil, fmt.Sprintf("Failed to connect to %s port %s: Connection refused", host, portOf(u))
+// curlArg is a -d or -H argument: as it is, or @FILE's content from the disk.
+func (c *command) curlArg(v string) ([]byte, error) {
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		return os.ReadFile(c.path(name))
 	}
-	routed := strings.TrimSuffix(c.sh.m.cfg.MetadataURL, "/") + u.EscapedPath()
-	if u.RawQuery != "" {
-		routed += "?" + u.RawQuery
+	return []byte(v), nil
+}
+
+// request is one request of curl's.
+type request struct {
+	url         *url.URL
+	method      string
+	headers     [][2]string
+	body        []byte
+	ca          []byte // PEM of the CA to trust; nil: the system's
+	maxTime     time.Duration
+	fail        bool
+	connRefused bool
+}
+
+// fetch makes one request; transient says whether curl's --retry retries the failure.
+func (c *command) fetch(r request) (status uint8, transient bool, body []byte, msg string) {
+	host := r.url.Hostname()
+	target := r.url.String()
+	switch {
+	case host == MetadataHost:
+		if c.sh.m.cfg.MetadataURL == "" {
+			return curlCannotConnect, r.connRefused, nil, fmt.Sprintf("Failed to connect to %s port %s: Connection refused", host, portOf(r.url))
+		}
+		target = strings.TrimSuffix(c.sh.m.cfg.MetadataURL, "/") + r.url.EscapedPath()
+		if r.url.RawQuery != "" {
+			target += "?" + r.url.RawQuery
+		}
+	case internetHosts[host]:
+		return c.internet(r)
 	}
 	ctx := c.ctx
-	if maxTime > 0 {
+	if r.maxTime > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, maxTime)
+		ctx, cancel = context.WithTimeout(ctx, r.maxTime)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, routed, nil)
+	req, err := http.NewRequestWithContext(ctx, r.method, target, bytes.NewReader(r.body))
 	if err != nil {
 		return curlBadArgs, false, nil, err.Error()
 	}
 	req.Header.Set("User-Agent", "curl/8.5.0")
-	resp, err := http.DefaultClient.Do(req)
+	for _, h := range r.headers {
+		req.Header.Add(h[0], h[1])
+	}
+	httpClient := http.DefaultClient
+	if r.ca != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(r.ca) {
+			return 77, false, nil, "error setting certificate verify locations"
+		}
+		httpClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		defer httpClient.CloseIdleConnections()
+	}
+	resp, err := httpClient.Do(req)
 	var netErr net.Error
+	var certErr *tls.CertificateVerificationError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
-		return curlTimeout, true, nil, fmt.Sprintf("Operation timed out after %d milliseconds", maxTime.Milliseconds())
+		return curlTimeout, true, nil, fmt.Sprintf("Operation timed out after %d milliseconds", r.maxTime.Milliseconds())
+	case errors.As(err, &certErr):
+		return 60, false, nil, "SSL certificate problem: unable to get local issuer certificate"
 	case err != nil:
-		return curlCannotConnect, connRefused, nil, fmt.Sprintf("Failed to connect to %s port %s: Connection refused", host, portOf(u))
+		return curlCannotConnect, r.connRefused, nil, fmt.Sprintf("Failed to connect to %s port %s: Connection refused", host, portOf(r.url))
 	}
 	defer resp.Body.Close()
 	body, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return 56, true, nil, "Failure when receiving data from the peer"
 	}
-	if fail && resp.StatusCode >= 400 {
-		switch resp.StatusCode {
-		case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
-			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			transient = true
-		}
-		return curlHTTPError, transient, nil, fmt.Sprintf("The requested URL returned error: %d", resp.StatusCode)
+	if r.fail && resp.StatusCode >= 400 {
+		return curlHTTPError, retriedStatus(resp.StatusCode), nil, fmt.Sprintf("The requested URL returned error: %d", resp.StatusCode)
 	}
 	return 0, false, body, ""
+}
+
+// retriedStatus says whether curl's --retry retries an HTTP status.
+func retriedStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 func portOf(u *url.URL) string {
@@ -292,12 +380,16 @@ func (c *command) sed() uint8 {
 }
 
 type substitution struct {
+	addr   *regexp.Regexp // only lines it matches; nil: every line
 	re     *regexp.Regexp
 	repl   string // in regexp.Expand's template syntax
 	global bool
 }
 
 func (s substitution) apply(line string) string {
+	if s.addr != nil && !s.addr.MatchString(line) {
+		return line
+	}
 	if s.global {
 		return s.re.ReplaceAllString(line, s.repl)
 	}
@@ -308,8 +400,41 @@ func (s substitution) apply(line string) string {
 	return line[:m[0]] + string(s.re.ExpandString(nil, s.repl, line, m)) + line[m[1]:]
 }
 
-// parseSubstitution reads s<d>regex<d>replacement<d>flags.
+// parseSubstitution reads [/address/]s<d>regex<d>replacement<d>flags.
 func parseSubstitution(expr string, extended bool) (substitution, error) {
+	var addr *regexp.Regexp
+	if strings.HasPrefix(expr, "/") {
+		end := -1
+		for i := 1; i < len(expr); i++ {
+			if expr[i] == '\\' {
+				i++
+				continue
+			}
+			if expr[i] == '/' {
+				end = i
+				break
+			}
+		}
+		if end < 0 {
+			return substitution{}, fmt.Errorf("unterminated address regex")
+		}
+		pattern := expr[1:end]
+		if !extended {
+			pattern = basicToRE2(pattern)
+		}
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			return substitution{}, fmt.Errorf("address %q: %v", expr[1:end], err)
+		}
+		addr, expr = re, strings.TrimSpace(expr[end+1:])
+	}
+	s, err := parseCommand(expr, extended)
+	s.addr = addr
+	return s, err
+}
+
+// parseCommand reads s<d>regex<d>replacement<d>flags.
+func parseCommand(expr string, extended bool) (substitution, error) {
 	if len(expr) < 2 || expr[0] != 's' {
 		return substitution{}, fmt.Errorf("unknown command %q (only s is simulated)", truncate(expr, 20))
 	}

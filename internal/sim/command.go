@@ -117,6 +117,13 @@ func startCommand(args []string, stdout, stderr io.Writer) error {
 	cniNever := fs.Bool("cni-never", false, "the network plugin never comes up")
 	gpuDelay := fs.Duration("gpu-delay", 0, "time from registration until the device plugin registers the GPUs (allocatable 0 before)")
 	gpuNever := fs.Bool("gpu-never", false, "the device plugin never registers the GPUs")
+	image := fs.String("image", ImageNode, "image the machine boots from: node (has the node software) or stock (a stock Ubuntu 24.04, Ubuntu 22.04 or Debian 12, see --os)")
+	system := fs.String("os", "ubuntu-24.04", "the image's operating system: ubuntu-24.04, ubuntu-22.04, debian-12, debian-13 or rocky-9")
+	arch := fs.String("arch", "amd64", "the machine's architecture: amd64 or arm64")
+	packageDelay := fs.Duration("package-delay", 0, "time each package operation takes (an apt-get update or install, a download)")
+	faultCommand := fs.String("package-fault", "", `make these commands fail: the program's name, then words each of which must be in one of its arguments ("apt-get install", "curl containerd-2.1.4", "kubeadm join")`)
+	faultTimes := fs.Int("package-fault-times", 0, "how often --package-fault fails before the command succeeds (0: every time)")
+	faultMessage := fs.String("package-fault-message", "", "the failing command's last line (default: the real program's words)")
 	inPlace := fs.Bool("in-place", false, "be the machine instead of starting a process for it: say on stdout that it runs, point stdout and stderr at its log and run it (the caller starts this in the background and reads stdout until it closes)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -166,10 +173,17 @@ func startCommand(args []string, stdout, stderr io.Writer) error {
 		GPUNever:          *gpuNever,
 		HeartbeatInterval: *heartbeat,
 		StateDir:          *stateDir,
+		Image:             *image,
+		OS:                *system,
+		Arch:              *arch,
+		PackageDelay:      *packageDelay,
 		Addresses: []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: *address},
 			{Type: corev1.NodeHostName, Address: *name},
 		},
+	}
+	if *faultCommand != "" {
+		cfg.PackageFault = &PackageFault{Command: *faultCommand, Times: *faultTimes, Message: *faultMessage}
 	}
 	if *inPlace {
 		return StartHere(cfg, stdout)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,26 @@ type MachineConfig struct {
 	// stand-in), as the network routes the link-local address to it. Empty: the machine has
 	// no metadata service.
 	MetadataURL string `json:"metadataURL,omitempty"`
+	// Image the machine boots from: ImageNode (the default) has the node software,
+	// ImageStock has none (packages.go).
+	Image string `json:"image,omitempty"`
+	// Arch is the machine's architecture, amd64 (the default) or arm64.
+	Arch string `json:"arch,omitempty"`
+	// OS is the image's operating system: ubuntu-24.04 (the default), ubuntu-22.04,
+	// debian-12, or debian-13 and rocky-9 (which the install script does not support).
+	OS string `json:"os,omitempty"`
+	// PackageDelay is how long each package operation takes: an apt-get update or install,
+	// a download.
+	PackageDelay time.Duration `json:"packageDelay,omitempty"`
+	// PackageFault, when set, makes the commands it names fail.
+	PackageFault *PackageFault `json:"packageFault,omitempty"`
+}
+
+func (c MachineConfig) arch() string {
+	if c.Arch == "" {
+		return "amd64"
+	}
+	return c.Arch
 }
 
 func (c MachineConfig) withDefaults() MachineConfig {
@@ -97,8 +118,20 @@ func (c MachineConfig) validate() error {
 	if c.BootDelay < 0 {
 		errs = append(errs, fmt.Errorf("boot delay %s is negative", c.BootDelay))
 	}
-	if c.CNIDelay < 0 || c.GPUDelay < 0 {
-		errs = append(errs, fmt.Errorf("cni delay %s and gpu delay %s may not be negative", c.CNIDelay, c.GPUDelay))
+	if c.CNIDelay < 0 || c.GPUDelay < 0 || c.PackageDelay < 0 {
+		errs = append(errs, fmt.Errorf("cni delay %s, gpu delay %s and package delay %s may not be negative", c.CNIDelay, c.GPUDelay, c.PackageDelay))
+	}
+	if c.Image != "" && c.Image != ImageNode && c.Image != ImageStock {
+		errs = append(errs, fmt.Errorf("image %q is neither %s nor %s", c.Image, ImageNode, ImageStock))
+	}
+	if _, ok := osReleases[c.OS]; c.OS != "" && !ok {
+		errs = append(errs, fmt.Errorf("operating system %q is unknown", c.OS))
+	}
+	if c.Arch != "" && c.Arch != "amd64" && c.Arch != "arm64" {
+		errs = append(errs, fmt.Errorf("architecture %q is neither amd64 nor arm64", c.Arch))
+	}
+	if f := c.PackageFault; f != nil && (len(strings.Fields(f.Command)) == 0 || f.Times < 0) {
+		errs = append(errs, fmt.Errorf("package fault %+v needs a command and times >= 0", *f))
 	}
 	return errors.Join(errs...)
 }
@@ -145,6 +178,10 @@ type machine struct {
 	// registered is when the kubelet registered the Node (this boot); the simulated CNI and
 	// device plugin delays count from it.
 	registered time.Time
+	// faults counts the commands PackageFault named; packageOps the package operations.
+	faultsMu   sync.Mutex
+	faults     int
+	packageOps int
 }
 
 // run is the machine's life, one stage after the other.
@@ -204,6 +241,9 @@ func (m *machine) boot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := d.installImage(m.cfg.Image, m.cfg.OS); err != nil {
+		return fmt.Errorf("writing the image onto the disk: %w", err)
+	}
 	if err := d.writeFiles(cc.WriteFiles); err != nil {
 		return fmt.Errorf("cloud-init: %w", err)
 	}
@@ -228,10 +268,15 @@ func (m *machine) boot(ctx context.Context) error {
 		return nil
 	case m.joinErr != nil:
 		return fmt.Errorf("kubeadm join: %w", m.joinErr)
-	case err != nil:
-		return fmt.Errorf("cloud-init runcmd failed and never ran kubeadm join: %w", err)
-	case len(sh.failed) > 0:
-		return fmt.Errorf("cloud-init ran, but kubeadm join never ran; failed commands: %s", strings.Join(sh.failed, "; "))
+	case err != nil || len(sh.failed) > 0:
+		msg := "cloud-init ran, but kubeadm join never ran"
+		if err != nil {
+			msg += fmt.Sprintf(" (runcmd: %v)", err)
+		}
+		if len(sh.failed) > 0 {
+			msg += "; failed commands: " + strings.Join(sh.failed, "; ")
+		}
+		return errors.New(msg)
 	}
 	return errors.New("cloud-init ran, but its runcmd never ran kubeadm join")
 }

@@ -74,6 +74,8 @@ func TestModule(t *testing.T) {
 			"parameters": map[string]string{
 				"sim_dir": simDir, "cpu": "3", "memory": "6Gi", "gpu_resource": "nvidia.com/gpu", "gpu_count": "2",
 				"boot_delay": "200ms", "apply_delay": "0", "some_other_module_setting": "ignored",
+				// The user data installs nothing: an image that has the node software.
+				"image": "node",
 			},
 		})
 		applyOut, err := d.run(ctx, "apply", "-auto-approve", "-input=false", "-json", "-var-file="+varsFile)

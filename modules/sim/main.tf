@@ -11,20 +11,26 @@
 
 locals {
   parameters = merge({
-    cpu               = "2"
-    memory            = "4Gi"
-    ephemeral_storage = "20Gi"
-    pods              = "110"
-    gpu_resource      = ""
-    gpu_count         = "0"
-    boot_delay        = "0s"
-    apply_delay       = "0"
-    apply_error       = ""
-    never_join        = "false"
-    cni_delay         = "0s"
-    cni_never         = "false"
-    gpu_delay         = "0s"
-    gpu_never         = "false"
+    cpu                 = "2"
+    memory              = "4Gi"
+    ephemeral_storage   = "20Gi"
+    pods                = "110"
+    gpu_resource        = ""
+    gpu_count           = "0"
+    boot_delay          = "0s"
+    apply_delay         = "0"
+    apply_error         = ""
+    never_join          = "false"
+    cni_delay           = "0s"
+    cni_never           = "false"
+    gpu_delay           = "0s"
+    gpu_never           = "false"
+    image               = "stock"
+    os                  = "ubuntu-24.04"
+    arch                = "amd64"
+    package_delay       = "0s"
+    package_fault       = ""
+    package_fault_times = "0"
   }, var.parameters)
 
   state_dir = "${trimsuffix(var.parameters["sim_dir"], "/")}/${var.node_name}"
@@ -45,20 +51,26 @@ locals {
 
   # A change to any of these is a new server.
   machine = {
-    node_name         = var.node_name
-    node_type         = var.node_type
-    zone              = var.zone
-    cpu               = local.parameters.cpu
-    memory            = local.parameters.memory
-    ephemeral_storage = local.parameters.ephemeral_storage
-    pods              = local.parameters.pods
-    gpu_resource      = local.parameters.gpu_resource
-    gpu_count         = local.parameters.gpu_count
-    never_join        = local.parameters.never_join
-    cni_delay         = local.parameters.cni_delay
-    cni_never         = local.parameters.cni_never
-    gpu_delay         = local.parameters.gpu_delay
-    gpu_never         = local.parameters.gpu_never
+    node_name           = var.node_name
+    node_type           = var.node_type
+    zone                = var.zone
+    cpu                 = local.parameters.cpu
+    memory              = local.parameters.memory
+    ephemeral_storage   = local.parameters.ephemeral_storage
+    pods                = local.parameters.pods
+    gpu_resource        = local.parameters.gpu_resource
+    gpu_count           = local.parameters.gpu_count
+    never_join          = local.parameters.never_join
+    cni_delay           = local.parameters.cni_delay
+    cni_never           = local.parameters.cni_never
+    gpu_delay           = local.parameters.gpu_delay
+    gpu_never           = local.parameters.gpu_never
+    image               = local.parameters.image
+    os                  = local.parameters.os
+    arch                = local.parameters.arch
+    package_delay       = local.parameters.package_delay
+    package_fault       = local.parameters.package_fault
+    package_fault_times = local.parameters.package_fault_times
   }
 }
 
@@ -115,6 +127,8 @@ resource "terraform_data" "machine" {
         --gpu-resource "$SIM_GPU_RESOURCE" --gpu-count "$SIM_GPU_COUNT" \
         --boot-delay "$SIM_BOOT_DELAY" --never-join="$SIM_NEVER_JOIN" --address "$SIM_ADDRESS" \
         --cni-delay "$SIM_CNI_DELAY" --cni-never="$SIM_CNI_NEVER" --gpu-delay "$SIM_GPU_DELAY" --gpu-never="$SIM_GPU_NEVER" \
+        --image "$SIM_IMAGE" --os "$SIM_OS" --arch "$SIM_ARCH" --package-delay "$SIM_PACKAGE_DELAY" \
+        --package-fault "$SIM_PACKAGE_FAULT" --package-fault-times "$SIM_PACKAGE_FAULT_TIMES" \
         </dev/null 2>&1 &)
       case "$started" in
         "machine $SIM_NODE_NAME running "*) printf '%s\n' "$started" ;;
@@ -122,23 +136,29 @@ resource "terraform_data" "machine" {
       esac
     EOT
     environment = {
-      SIM_USER_DATA         = var.user_data
-      SIM_LABELS            = jsonencode(var.labels)
-      SIM_STATE_DIR         = local.state_dir
-      SIM_NODE_NAME         = var.node_name
-      SIM_CPU               = local.parameters.cpu
-      SIM_MEMORY            = local.parameters.memory
-      SIM_EPHEMERAL_STORAGE = local.parameters.ephemeral_storage
-      SIM_PODS              = local.parameters.pods
-      SIM_GPU_RESOURCE      = local.parameters.gpu_resource
-      SIM_GPU_COUNT         = local.parameters.gpu_count
-      SIM_BOOT_DELAY        = local.parameters.boot_delay
-      SIM_NEVER_JOIN        = local.parameters.never_join
-      SIM_ADDRESS           = local.address
-      SIM_CNI_DELAY         = local.parameters.cni_delay
-      SIM_CNI_NEVER         = local.parameters.cni_never
-      SIM_GPU_DELAY         = local.parameters.gpu_delay
-      SIM_GPU_NEVER         = local.parameters.gpu_never
+      SIM_USER_DATA           = var.user_data
+      SIM_LABELS              = jsonencode(var.labels)
+      SIM_STATE_DIR           = local.state_dir
+      SIM_NODE_NAME           = var.node_name
+      SIM_CPU                 = local.parameters.cpu
+      SIM_MEMORY              = local.parameters.memory
+      SIM_EPHEMERAL_STORAGE   = local.parameters.ephemeral_storage
+      SIM_PODS                = local.parameters.pods
+      SIM_GPU_RESOURCE        = local.parameters.gpu_resource
+      SIM_GPU_COUNT           = local.parameters.gpu_count
+      SIM_BOOT_DELAY          = local.parameters.boot_delay
+      SIM_NEVER_JOIN          = local.parameters.never_join
+      SIM_ADDRESS             = local.address
+      SIM_CNI_DELAY           = local.parameters.cni_delay
+      SIM_CNI_NEVER           = local.parameters.cni_never
+      SIM_GPU_DELAY           = local.parameters.gpu_delay
+      SIM_GPU_NEVER           = local.parameters.gpu_never
+      SIM_IMAGE               = local.parameters.image
+      SIM_OS                  = local.parameters.os
+      SIM_ARCH                = local.parameters.arch
+      SIM_PACKAGE_DELAY       = local.parameters.package_delay
+      SIM_PACKAGE_FAULT       = local.parameters.package_fault
+      SIM_PACKAGE_FAULT_TIMES = local.parameters.package_fault_times
     }
   }
 

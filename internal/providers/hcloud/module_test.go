@@ -53,6 +53,8 @@ func userData(ctx context.Context, t *testing.T, name string) (string, bootstrap
 		t.Fatal(err)
 	}
 	data, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
+		// A stock image, as the controller renders for the default bootstrap.install.
+		Install:           bootstrap.Install{Packages: true, KubernetesVersion: "v1.36.3"},
 		APIServerEndpoint: strings.TrimPrefix(controlPlane.Server, "https://"),
 		Token:             tok,
 		CACertHash:        hash,

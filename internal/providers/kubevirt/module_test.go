@@ -226,6 +226,8 @@ func userDataWithin(t *testing.T, cs kubernetes.Interface, name string, limit in
 	}
 	motd := strings.Repeat("a KubeVirt node of the fulfiller's test suite\n", 100)
 	data, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
+		// A stock image, as the controller renders for the default bootstrap.install.
+		Install:           bootstrap.Install{Packages: true, KubernetesVersion: "v1.36.3"},
 		APIServerEndpoint: strings.TrimPrefix(controlPlane.Server, "https://"),
 		Token:             tok, CACertHash: hash, NodeName: name, ProviderID: "kubevirt://" + name,
 		Labels: map[string]string{"node.kubernetes.io/instance-type": "kv-small"},

@@ -158,6 +158,8 @@ func (p *pool) userData(t *testing.T, name string, number int) (string, bootstra
 		t.Fatal(err)
 	}
 	data, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
+		// A stock image, as the controller renders for the default bootstrap.install.
+		Install:           bootstrap.Install{Packages: true, KubernetesVersion: "v1.36.3"},
 		APIServerEndpoint: strings.TrimPrefix(controlPlane.Server, "https://"),
 		Token:             tok, CACertHash: hash, NodeName: name, ProviderID: "hrobot://" + strconv.Itoa(number),
 		Labels: map[string]string{"node.kubernetes.io/instance-type": "ax52"},

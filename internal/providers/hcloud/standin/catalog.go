@@ -58,7 +58,8 @@ type Price struct {
 	IncludedTrafficTB int
 }
 
-// Image is a system image. Each architecture has its own image of the same name.
+// Image is a system image (each architecture has its own image of the same name) or a
+// snapshot (Type snapshot: no name, labels, what Packer's hcloud builder makes).
 type Image struct {
 	ID           int64
 	Name         string
@@ -67,7 +68,14 @@ type Image struct {
 	OSVersion    string
 	Architecture string
 	DiskSizeGB   float64
+	// Type is "system" (the default) or "snapshot".
+	Type string
+	// Labels of a snapshot.
+	Labels map[string]string
 }
+
+// ImageSnapshot is the type of a snapshot.
+const ImageSnapshot = "snapshot"
 
 // VATRate is the rate the stand-in's gross prices include.
 const VATRate = 0.19

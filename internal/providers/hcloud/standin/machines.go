@@ -32,4 +32,6 @@ type Machine struct {
 	// PublicIPv6 is the first address of its /64); PrivateIPs its private network addresses.
 	PublicIPv4, PublicIPv6 string
 	PrivateIPs             []string
+	// Image is what the server was created from: a system image, or a snapshot.
+	Image Image
 }

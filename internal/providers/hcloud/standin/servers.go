@@ -462,7 +462,7 @@ func (s *StandIn) powerOn(srv *server, a *action) {
 // machine describes a server's machine. Callers hold s.mu.
 func (s *StandIn) machine(srv *server) Machine {
 	m := Machine{ServerID: srv.id, Name: srv.name, ServerType: *srv.serverType, Location: srv.location.Name,
-		UserData: []byte(srv.userData), MetadataURL: s.MetadataURL(srv.id)}
+		UserData: []byte(srv.userData), MetadataURL: s.MetadataURL(srv.id), Image: *srv.image}
 	v := srv.view()
 	m.PublicIPv4, m.PublicIPv6 = v.PublicIPv4, v.PublicIPv6
 	for _, n := range srv.privateNets {

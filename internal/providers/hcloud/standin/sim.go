@@ -71,7 +71,19 @@ func (s *SimMachines) Boot(m Machine) error {
 	if address != "" {
 		addresses = append([]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: address}}, addresses...)
 	}
+	// A system image is a stock operating system; a snapshot has the node software (made with
+	// images/hetzner-cloud, which runs bootstrap's install script on one).
+	image, arch := sim.ImageStock, "amd64"
+	if m.Image.Type == ImageSnapshot {
+		image = sim.ImageNode
+	}
+	if m.Image.Architecture == "arm" {
+		arch = "arm64"
+	}
 	return sim.Start(sim.MachineConfig{
+		Image:             image,
+		OS:                m.Image.OSFlavor + "-" + m.Image.OSVersion,
+		Arch:              arch,
 		Name:              m.Name,
 		UserDataPath:      userData,
 		Capacity:          Capacity(m.ServerType),

@@ -19,8 +19,12 @@ import (
 type Guest string
 
 const (
-	// GuestBoots runs cloud-init and joins with the token in its user data.
+	// GuestBoots runs cloud-init and joins with the token in its user data: a stock image,
+	// on which the user data installs the node software first.
 	GuestBoots Guest = "Boots"
+	// GuestBootsNode is GuestBoots from an image that has the node software (a containerDisk
+	// built with images/' install script).
+	GuestBootsNode Guest = "BootsNode"
 	// GuestCrashes makes the VM's launcher fail before the domain runs (a broken disk image,
 	// a firmware the hypervisor refuses): the VMI fails without ever running, and a VM that
 	// keeps restarting it shows CrashLoopBackOff.
@@ -154,7 +158,7 @@ func (c Config) validate() error {
 		seen[n.Name] = true
 	}
 	for image, g := range c.Images {
-		if g != GuestBoots && g != GuestCrashes && g != GuestNeverJoins {
+		if g != GuestBoots && g != GuestBootsNode && g != GuestCrashes && g != GuestNeverJoins {
 			errs = append(errs, fmt.Errorf("image %s: unknown guest behaviour %q", image, g))
 		}
 	}

@@ -32,6 +32,9 @@ type Machine struct {
 	// PersistentDisk is a guest whose root disk outlives it (a DataVolume): a restarted VMI
 	// boots from the same disk. A containerDisk is ephemeral.
 	PersistentDisk bool
+	// NodeImage is a guest whose image has the node software (GuestBootsNode); otherwise it
+	// is a stock image.
+	NodeImage bool
 }
 
 // Machines powers guests on and off.
@@ -91,6 +94,10 @@ func (s *SimMachines) PowerOn(_ context.Context, m Machine) error {
 		HeartbeatInterval: s.HeartbeatInterval,
 		NeverJoin:         m.NeverJoin,
 		StateDir:          dir,
+		Image:             sim.ImageStock,
+	}
+	if m.NodeImage {
+		cfg.Image = sim.ImageNode
 	}
 	if err := sim.Start(cfg, s.Binary); err != nil {
 		return fmt.Errorf("powering on %s: %w", m.VMI, err)

@@ -140,6 +140,8 @@ func joinUserData(t *testing.T, cs kubernetes.Interface, name string) []byte {
 		t.Fatal(err)
 	}
 	data, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
+		// A stock image, as the controller renders for the default bootstrap.install.
+		Install:           bootstrap.Install{Packages: true, KubernetesVersion: "v1.36.3"},
 		APIServerEndpoint: strings.TrimPrefix(controlPlane.Server, "https://"),
 		Token:             tok, CACertHash: hash, NodeName: name, ProviderID: "kubevirt://" + name,
 		Labels: map[string]string{"node.kubernetes.io/instance-type": "kv-small"},

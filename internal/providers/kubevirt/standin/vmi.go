@@ -65,6 +65,8 @@ type vmiInputs struct {
 	secretMissing string
 	guest         Guest
 	persistent    bool
+	// nodeImage: the root disk's image has the node software (GuestBootsNode).
+	nodeImage bool
 }
 
 func (c *vmiController) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -387,6 +389,9 @@ func (c *vmiController) gather(ctx context.Context, vmi *virtv1.VirtualMachineIn
 		if g == GuestCrashes || g == GuestNeverJoins && in.guest == GuestBoots {
 			in.guest = g
 		}
+		if g == GuestBootsNode {
+			in.nodeImage = true
+		}
 	}
 	for _, v := range vmi.Spec.Volumes {
 		switch {
@@ -486,7 +491,7 @@ func (c *vmiController) machine(vmi *virtv1.VirtualMachineInstance, in vmiInputs
 	return Machine{
 		VMI:      types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name},
 		UserData: userData, Capacity: capacity,
-		NeverJoin: in.guest == GuestNeverJoins, PersistentDisk: in.persistent,
+		NeverJoin: in.guest == GuestNeverJoins, PersistentDisk: in.persistent, NodeImage: in.nodeImage,
 	}
 }
 

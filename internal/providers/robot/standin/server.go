@@ -309,8 +309,10 @@ func (s *Server) startMachineLocked() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.stopMachine, s.machineDone = cancel, done
+	// installimage installs a stock operating system.
 	cfg := sim.MachineConfig{
-		Name: s.disk.hostname, UserDataPath: userData, Capacity: s.cfg.Capacity, StateDir: dir,
+		Image: sim.ImageStock,
+		Name:  s.disk.hostname, UserDataPath: userData, Capacity: s.cfg.Capacity, StateDir: dir,
 		HeartbeatInterval: s.cfg.Timings.HeartbeatInterval,
 		Addresses:         []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.cfg.InstalledAddress}, {Type: corev1.NodeHostName, Address: s.disk.hostname}},
 	}
