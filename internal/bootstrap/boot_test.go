@@ -90,7 +90,7 @@ func TestBootScript(t *testing.T) {
 		{name: "unusable instance id", spec: fromMetadata, metadata: "echo '47 11'", wantExit: 1,
 			reports: []string{"Joining/join", "Failed/provider-id"}, wantError: "unusable instance ID '47 11'"},
 		{name: "kubeadm fails its preflight", wantExit: 1, wantJoin: true, wantID: "sim://node-a",
-			kubeadm: `printf '[preflight] Running pre-flight checks\nerror execution phase preflight: [preflight] Some fatal errors occurred:\n\t[ERROR FileContent--proc-sys-net-ipv4-ip_forward]: /proc/sys/net/ipv4/ip_forward contents are not set to 1\n[preflight] If you know what you are doing, you can make a check non-fatal with --ignore-preflight-errors=...\nTo see the stack trace of this error execute with --v=5 or higher\n' >&2; exit 1`,
+			kubeadm:   `printf '[preflight] Running pre-flight checks\nerror execution phase preflight: [preflight] Some fatal errors occurred:\n\t[ERROR FileContent--proc-sys-net-ipv4-ip_forward]: /proc/sys/net/ipv4/ip_forward contents are not set to 1\n[preflight] If you know what you are doing, you can make a check non-fatal with --ignore-preflight-errors=...\nTo see the stack trace of this error execute with --v=5 or higher\n' >&2; exit 1`,
 			reports:   []string{"Joining/join", "Failed/join"},
 			wantError: "kubeadm join exited with status 1: [ERROR FileContent--proc-sys-net-ipv4-ip_forward]: /proc/sys/net/ipv4/ip_forward contents are not set to 1"},
 		{name: "kubeadm not installed", wantExit: 1, kubeadm: `echo "sh: 1: kubeadm: not found" >&2; exit 127`, wantJoin: true, wantID: "sim://node-a",
