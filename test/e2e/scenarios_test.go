@@ -261,6 +261,62 @@ func TestNeverJoinsIsCleanedUp(t *testing.T) {
 	cleanup(t, "silent", "e2e-silent", "e2e-silent")
 }
 
+// TestInstallFailsHalfway: on a stock image whose containerd download keeps failing, the
+// machine runs the install script through its steps (each package operation taking the node
+// type's package_delay), reports the failed step with its token, and the claim fails with
+// BootstrapFailed naming the step and the failing line, at once rather than at its join
+// timeout; its machine is destroyed, and its token and boot report go with the claim.
+func TestInstallFailsHalfway(t *testing.T) {
+	ctx := ctxFor(t, 8*time.Minute)
+	tr := trackFulfillments(t)
+	broken := nodeType("broken-install", "0.01", map[string]string{"image": "stock", "package_delay": "200ms", "package_fault": "curl containerd"})
+	broken.JoinTimeout = &metav1.Duration{Duration: 5 * time.Minute}
+	startScenario(t, ctx, nodeClass("e2e-broken-install", broken), nodePool("e2e-broken-install", "e2e-broken-install"))
+	create(t, ctx, deployment("broken-install", "e2e-broken-install", 1, "500m"))
+	var first *v1alpha1.Fulfillment
+	eventually(t, ctx, 3*time.Minute, "a claim whose install failed to be destroyed", func(ctx context.Context) (bool, error) {
+		for _, f := range tr.byType("broken-install") {
+			joined := f.StatusConditions().Get(v1alpha1.ConditionJoined)
+			if joined != nil && joined.IsFalse() && joined.Reason != v1alpha1.ReasonInstalling && joined.Reason != v1alpha1.ReasonAwaitingNode &&
+				f.StatusConditions().IsTrue(v1alpha1.ConditionDestroyed) {
+				first = f
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	joined := first.StatusConditions().Get(v1alpha1.ConditionJoined)
+	if joined.Reason != v1alpha1.ReasonBootstrapFailed || !strings.Contains(joined.Message, "step containerd failed") ||
+		!strings.Contains(joined.Message, "The requested URL returned error") {
+		t.Errorf("Joined = %s: %q, want %s naming the containerd step and curl's line", joined.Reason, joined.Message, v1alpha1.ReasonBootstrapFailed)
+	}
+	if waited := joined.LastTransitionTime.Sub(first.Status.Stages.Applied.Time); waited >= broken.JoinTimeout.Duration {
+		t.Errorf("the claim failed %s after its apply, not before its join timeout", waited)
+	}
+	if _, err := os.Stat(filepath.Join(env.vars["SIM_DIR"], first.Name)); !os.IsNotExist(err) {
+		t.Errorf("machine of %s still has its state dir after destroy (err %v)", first.Name, err)
+	}
+	eventually(t, ctx, time.Minute, "nodeclaim "+first.Name+" to be gone", func(ctx context.Context) (bool, error) {
+		err := env.kube.Get(ctx, client.ObjectKey{Name: first.Name}, &karpv1.NodeClaim{})
+		return err != nil, client.IgnoreNotFound(err)
+	})
+	cleanup(t, "broken-install", "e2e-broken-install", "e2e-broken-install")
+	eventually(t, ctx, time.Minute, "the claims' boot reports to go with them", func(ctx context.Context) (bool, error) {
+		var reports v1alpha1.BootReportList
+		if err := env.kube.List(ctx, &reports, client.MatchingLabels{keys.LabelNodeClaim: first.Name}); err != nil {
+			return false, err
+		}
+		return len(reports.Items) == 0, nil
+	})
+	var tokens corev1.SecretList
+	if err := env.kube.List(ctx, &tokens, client.InNamespace("kube-system"), client.MatchingLabels{keys.LabelNodeClaim: first.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens.Items) != 0 {
+		t.Errorf("%d bootstrap tokens of %s left after its destroy", len(tokens.Items), first.Name)
+	}
+}
+
 // TestControllerRestartMidApply kills the controller while applies are in flight: the runs
 // (runner Jobs) go on, the restarted controller adopts them, and no claim gets a second apply
 // or is lost.
