@@ -147,7 +147,7 @@ func TestModule(t *testing.T) {
 	const name = "hcloud-module"
 	data, tok := userData(ctx, t, name)
 	req := moduleRequest(t, s, name, "nbg1", "cx23", map[string]string{
-		"image": "debian-13", "ssh_keys": "ops", "firewall_ids": fmt.Sprint(fw.Firewall.ID),
+		"image": "debian-12", "ssh_keys": "ops", "firewall_ids": fmt.Sprint(fw.Firewall.ID),
 		"placement_group_id": fmt.Sprint(pg.PlacementGroup.ID), "network_id": fmt.Sprint(nw.ID),
 		"some_other_setting": "ignored",
 	}, data)
@@ -163,7 +163,7 @@ func TestModule(t *testing.T) {
 		t.Fatalf("%d servers after apply, want 1", len(servers))
 	}
 	srv := servers[0]
-	if srv.Name != name || srv.ServerType != "cx23" || srv.Location != "nbg1" || srv.Image != "debian-13" || srv.Status != "running" {
+	if srv.Name != name || srv.ServerType != "cx23" || srv.Location != "nbg1" || srv.Image != "debian-12" || srv.Status != "running" {
 		t.Errorf("server %+v", srv)
 	}
 	if string(srv.UserData) != data {
