@@ -214,7 +214,7 @@ func TestBootstrapNodeBornWithClaimLabels(t *testing.T) {
 	nc := test.TwoTypeClass()
 	nt := &nc.Spec.NodeTypes[0]
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(clusterCA(t)).Build()
-	stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", unavailable: cloudprovider.NewUnavailableOfferings(clk, time.Minute)}
+	stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", serverVersion: testServerVersion, unavailable: cloudprovider.NewUnavailableOfferings(clk, time.Minute)}
 	f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 		Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "a", CapacityType: "on-demand", ProviderID: "sim://claim"}}
 	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim", Labels: map[string]string{
