@@ -3,15 +3,18 @@
 locals {
   p = var.parameters
 
-  server_type  = lookup(local.p, "server_type", "") != "" ? local.p.server_type : var.node_type
-  image        = trimspace(lookup(local.p, "image", "ubuntu-24.04"))
-  ssh_keys     = compact([for k in split(",", lookup(local.p, "ssh_keys", "")) : trimspace(k)])
-  firewall_ids = [for id in compact(split(",", replace(lookup(local.p, "firewall_ids", ""), " ", ""))) : tonumber(id)]
-  network_id   = lookup(local.p, "network_id", "")
-  subnet_id    = lookup(local.p, "subnet_id", "")
-  placement    = lookup(local.p, "placement_group_id", "")
-  enable_ipv4  = lookup(local.p, "enable_ipv4", "true") == "true"
-  enable_ipv6  = lookup(local.p, "enable_ipv6", "true") == "true"
+  server_type = lookup(local.p, "server_type", "") != "" ? local.p.server_type : var.node_type
+  image       = trimspace(lookup(local.p, "image", "ubuntu-24.04"))
+  # A label selector picks the newest snapshot it matches instead of image (a pre-baked image
+  # from images/hetzner-cloud, e.g. "fulfiller.sh/kubernetes-version=v1.36.3").
+  image_selector = trimspace(lookup(local.p, "image_selector", ""))
+  ssh_keys       = compact([for k in split(",", lookup(local.p, "ssh_keys", "")) : trimspace(k)])
+  firewall_ids   = [for id in compact(split(",", replace(lookup(local.p, "firewall_ids", ""), " ", ""))) : tonumber(id)]
+  network_id     = lookup(local.p, "network_id", "")
+  subnet_id      = lookup(local.p, "subnet_id", "")
+  placement      = lookup(local.p, "placement_group_id", "")
+  enable_ipv4    = lookup(local.p, "enable_ipv4", "true") == "true"
+  enable_ipv6    = lookup(local.p, "enable_ipv6", "true") == "true"
 
   # Hetzner label values: at most 63 characters, alphanumeric at both ends. A NodePool name
   # may be a longer DNS subdomain: it is cut to fit.
@@ -38,10 +41,25 @@ locals {
   )
 }
 
+# The server type's architecture, which the selected image must have.
+data "hcloud_server_type" "node" {
+  count = local.image_selector == "" ? 0 : 1
+  name  = local.server_type
+}
+
+# The newest image (a snapshot) whose labels match image_selector, for the server type's
+# architecture.
+data "hcloud_image" "selected" {
+  count             = local.image_selector == "" ? 0 : 1
+  with_selector     = local.image_selector
+  with_architecture = data.hcloud_server_type.node[0].architecture
+  most_recent       = true
+}
+
 resource "hcloud_server" "node" {
   name        = var.node_name
   server_type = local.server_type
-  image       = local.image
+  image       = local.image_selector == "" ? local.image : tostring(data.hcloud_image.selected[0].id)
   location    = var.zone
   user_data   = var.user_data
   ssh_keys    = local.ssh_keys

@@ -44,6 +44,13 @@ func admin(t *testing.T) kubernetes.Interface {
 // the server ID is not known yet, so the machine reads it from the metadata service.
 func userData(ctx context.Context, t *testing.T, name string) (string, bootstrap.Token) {
 	t.Helper()
+	// A stock image, as the controller renders for the default bootstrap.install.
+	return userDataInstalling(ctx, t, name, bootstrap.Install{Packages: true, KubernetesVersion: "v1.36.3"})
+}
+
+// userDataInstalling is userData with the class's install mode.
+func userDataInstalling(ctx context.Context, t *testing.T, name string, install bootstrap.Install) (string, bootstrap.Token) {
+	t.Helper()
 	tok, err := testenv.MintToken(ctx, admin(t), time.Now().Add(15*time.Minute), "hcloud "+t.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +60,7 @@ func userData(ctx context.Context, t *testing.T, name string) (string, bootstrap
 		t.Fatal(err)
 	}
 	data, err := bootstrap.RenderUserData(bootstrap.JoinSpec{
-		// A stock image, as the controller renders for the default bootstrap.install.
-		Install:           bootstrap.Install{Packages: true, KubernetesVersion: "v1.36.3"},
+		Install:           install,
 		APIServerEndpoint: strings.TrimPrefix(controlPlane.Server, "https://"),
 		Token:             tok,
 		CACertHash:        hash,
@@ -347,6 +353,61 @@ func TestModulePrivateNetworks(t *testing.T) {
 			t.Error("the server survived its destroy")
 		}
 	})
+}
+
+// TestModuleImageSelector: with image_selector the module creates the server from the newest
+// image whose labels match, of the server type's architecture (a snapshot images/hetzner-cloud
+// made, as the API lists snapshots: no name, labels), and its machine joins from it without
+// installing anything; a selector that matches nothing fails the plan before any server is
+// ordered.
+func TestModuleImageSelector(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	catalog := standin.DefaultCatalog()
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	snapshot := func(id int64, arch, version string, created time.Time) standin.Image {
+		return standin.Image{ID: id, Type: standin.ImageSnapshot, Description: "fulfiller node " + version, OSFlavor: "ubuntu", OSVersion: "24.04",
+			Architecture: arch, DiskSizeGB: 40, Created: created,
+			Labels: map[string]string{"fulfiller.sh/image": "node", "fulfiller.sh/kubernetes-version": version}}
+	}
+	catalog.Images = append(catalog.Images,
+		snapshot(9001, "x86", "v1.36.3", base),
+		snapshot(9002, "x86", "v1.36.3", base.Add(24*time.Hour)), // the newest of this version and architecture
+		snapshot(9003, "arm", "v1.36.3", base.Add(48*time.Hour)),
+		snapshot(9004, "x86", "v1.35.7", base.Add(72*time.Hour)))
+	s, machines := startStandIn(t, standin.Options{Catalog: catalog})
+
+	const name = "hcloud-snapshot"
+	data, _ := userDataInstalling(ctx, t, name, bootstrap.Install{})
+	req := moduleRequest(t, s, name, "nbg1", "cx23", map[string]string{
+		"image_selector": "fulfiller.sh/image=node,fulfiller.sh/kubernetes-version=v1.36.3"}, data)
+	log := &testenv.SyncBuffer{}
+	if res := tfrunner.Run(ctx, req, log, rules); !res.Succeeded {
+		t.Fatalf("apply failed: %v\n%s", res.Error, log.String())
+	}
+	servers := s.Servers()
+	if len(servers) != 1 || servers[0].ImageID != 9002 {
+		t.Fatalf("servers %+v, want one from snapshot 9002", servers)
+	}
+	// The user data installs nothing: only a machine of an image with the node software joins.
+	waitForNode(ctx, t, machines, name, func(n *corev1.Node) bool { return n.Spec.ProviderID != "" })
+	req.Name, req.Operation, req.WorkDir = name+"-destroy", tfrunner.Destroy, t.TempDir()
+	if res := tfrunner.Run(ctx, req, log, rules); !res.Succeeded {
+		t.Fatalf("destroy failed: %v\n%s", res.Error, log.String())
+	}
+
+	before := len(s.Requests())
+	req = moduleRequest(t, s, name+"-none", "nbg1", "cx23", map[string]string{"image_selector": "fulfiller.sh/kubernetes-version=v1.99.0"}, data)
+	res := tfrunner.Run(ctx, req, log, rules)
+	if res.Succeeded || !strings.Contains(res.Error.Message, "no image found") {
+		t.Errorf("a selector matching nothing: %+v, want the provider's no image found", res.Error)
+	}
+	for _, r := range s.Requests()[before:] {
+		if r.Method == "POST" {
+			t.Errorf("a selector matching nothing still ordered something: %s", r)
+		}
+	}
 }
 
 // TestModuleInputs: inputs the module refuses fail the plan with the module's own message,

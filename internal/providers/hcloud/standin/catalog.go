@@ -72,6 +72,16 @@ type Image struct {
 	Type string
 	// Labels of a snapshot.
 	Labels map[string]string
+	// Created is when a snapshot was made; zero for catalogCreated.
+	Created time.Time
+}
+
+// imageType is the image's type: system unless it is a snapshot.
+func (img *Image) imageType() string {
+	if img.Type == ImageSnapshot {
+		return ImageSnapshot
+	}
+	return "system"
 }
 
 // ImageSnapshot is the type of a snapshot.
@@ -163,7 +173,7 @@ func (c *Catalog) image(idOrName, arch string) *Image {
 		switch {
 		case fmt.Sprint(img.ID) == idOrName:
 			return img
-		case img.Name == idOrName && (arch == "" || img.Architecture == arch) && found == nil:
+		case img.Name != "" && img.Name == idOrName && (arch == "" || img.Architecture == arch) && found == nil:
 			found = img
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"k8s.io/utils/ptr"
 )
 
 func (s *StandIn) routes() {
@@ -136,15 +138,15 @@ func (s *StandIn) listImages(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case q.Get("name") != "" && img.Name != q.Get("name"),
 			len(q["architecture"]) > 0 && !contains(q["architecture"], img.Architecture),
-			len(q["type"]) > 0 && !contains(q["type"], "system"),
+			len(q["type"]) > 0 && !contains(q["type"], img.imageType()),
 			len(q["status"]) > 0 && !contains(q["status"], "available"),
 			q.Get("bound_to") != "",
-			sel != nil && !sel.matches(nil):
+			sel != nil && !sel.matches(img.Labels):
 			continue
 		}
 		list = append(list, imageJSON(img))
 	}
-	writeList(w, r, "images", list, func(j jsonImage) int64 { return j.ID }, func(j jsonImage) string { return *j.Name })
+	writeList(w, r, "images", list, func(j jsonImage) int64 { return j.ID }, func(j jsonImage) string { return ptr.Deref(j.Name, "") })
 }
 
 func (s *StandIn) getImage(w http.ResponseWriter, r *http.Request) {

@@ -158,10 +158,26 @@ type jsonProtection struct {
 }
 
 func imageJSON(img *Image) jsonImage {
-	name, version := img.Name, img.OSVersion
-	return jsonImage{ID: img.ID, Type: "system", Status: "available", Name: &name, Description: img.Description,
+	version := img.OSVersion
+	j := jsonImage{ID: img.ID, Type: img.imageType(), Status: "available", Description: img.Description,
 		DiskSize: img.DiskSizeGB, Created: apiTime(catalogCreated), OSFlavor: img.OSFlavor, OSVersion: &version,
 		RapidDeploy: true, Labels: map[string]string{}, Architecture: img.Architecture}
+	if img.Type != ImageSnapshot {
+		name := img.Name
+		j.Name = &name
+		return j
+	}
+	// A snapshot has no name (only system images do), its own size and creation time, and
+	// its labels; it is not rapid-deployed.
+	size := img.DiskSizeGB / 4
+	j.ImageSize, j.RapidDeploy = &size, false
+	if !img.Created.IsZero() {
+		j.Created = apiTime(img.Created)
+	}
+	for k, v := range img.Labels {
+		j.Labels[k] = v
+	}
+	return j
 }
 
 type jsonServerPublicNetIPv4 struct {

@@ -73,8 +73,11 @@ type Server struct {
 	Created    time.Time
 	ServerType string
 	Location   string
-	Image      string
-	Labels     map[string]string
+	// Image is the name of the image it was created from (empty for a snapshot), ImageID
+	// its ID.
+	Image   string
+	ImageID int64
+	Labels  map[string]string
 	// UserData is exactly what the server was created with.
 	UserData       []byte
 	SSHKeys        []int64
@@ -93,7 +96,7 @@ type PrivateNet struct {
 
 func (srv *server) view() Server {
 	v := Server{ID: srv.id, Name: srv.name, Status: srv.status, Created: srv.created, ServerType: srv.serverType.Name,
-		Location: srv.location.Name, Image: srv.image.Name, Labels: maps.Clone(srv.labels), UserData: []byte(srv.userData),
+		Location: srv.location.Name, Image: srv.image.Name, ImageID: srv.image.ID, Labels: maps.Clone(srv.labels), UserData: []byte(srv.userData),
 		SSHKeys: slices.Clone(srv.sshKeys), Firewalls: slices.Clone(srv.firewalls), PlacementGroup: srv.placementGroup}
 	if srv.ipv4 != nil {
 		v.PublicIPv4 = srv.ipv4.ip
