@@ -110,6 +110,7 @@ func TestInstallOnStockImage(t *testing.T) {
 				t.Error("containerd is not running")
 			}
 			ops := sh.packageOps()
+			t.Logf("%d package operations on a fresh %s %s image", ops, tc.os, tc.arch)
 			if ops < 7 {
 				t.Errorf("%d package operations, want an apt-get update and install and the downloads", ops)
 			}
