@@ -74,14 +74,44 @@ locals {
   }
 }
 
-resource "terraform_data" "machine" {
-  # Changing the user data replaces the server, as hcloud_server.user_data does.
+# Power-off and deletion, a resource of its own that the machine depends on: a cloud deletes
+# a server whose creation failed or was interrupted, but tofu skips the destroy-time
+# provisioners of a tainted resource, and the machine's resource is tainted when its power-on
+# provisioner fails or is interrupted (SIGINT when its claim is deleted mid-apply). This one
+# has no creation-time provisioner, so it is never tainted, and is destroyed after the
+# machine: `sim stop` of a machine that never started, or is already gone, does nothing.
+resource "terraform_data" "deletion" {
+  # Replaced with the machine, so a replaced machine is stopped first.
   triggers_replace = [local.machine, sha256(var.user_data)]
 
   # What the destroy-time provisioner needs: it may only refer to self.
   input = {
     state_dir = local.state_dir
   }
+
+  # The machine's Node stays, as a deleted server's does.
+  provisioner "local-exec" {
+    when        = destroy
+    interpreter = ["/bin/sh", "-c"]
+    command     = <<-EOT
+      set -eu
+      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller-dev binary}"
+      if [ -x "$${FULFILLER_BINARY%/*}/fulfiller-sim" ]; then set -- "$${FULFILLER_BINARY%/*}/fulfiller-sim"; else set -- "$FULFILLER_BINARY" sim; fi
+      : "$${SIM_STATE_DIR:?}"
+      echo "deleting simulated server in $SIM_STATE_DIR"
+      "$@" stop --state-dir "$SIM_STATE_DIR"
+      rm -rf -- "$SIM_STATE_DIR"
+    EOT
+    environment = {
+      SIM_STATE_DIR = self.input.state_dir
+    }
+  }
+}
+
+resource "terraform_data" "machine" {
+  # Changing the user data replaces the server, as hcloud_server.user_data does.
+  triggers_replace = [local.machine, sha256(var.user_data)]
+  depends_on       = [terraform_data.deletion]
 
   # The cloud API call: takes apply_delay seconds and fails as apply_error says.
   provisioner "local-exec" {
@@ -159,24 +189,6 @@ resource "terraform_data" "machine" {
       SIM_PACKAGE_DELAY       = local.parameters.package_delay
       SIM_PACKAGE_FAULT       = local.parameters.package_fault
       SIM_PACKAGE_FAULT_TIMES = local.parameters.package_fault_times
-    }
-  }
-
-  # Power-off and deletion: the machine's Node stays, as a deleted server's does.
-  provisioner "local-exec" {
-    when        = destroy
-    interpreter = ["/bin/sh", "-c"]
-    command     = <<-EOT
-      set -eu
-      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller-dev binary}"
-      if [ -x "$${FULFILLER_BINARY%/*}/fulfiller-sim" ]; then set -- "$${FULFILLER_BINARY%/*}/fulfiller-sim"; else set -- "$FULFILLER_BINARY" sim; fi
-      : "$${SIM_STATE_DIR:?}"
-      echo "deleting simulated server in $SIM_STATE_DIR"
-      "$@" stop --state-dir "$SIM_STATE_DIR"
-      rm -rf -- "$SIM_STATE_DIR"
-    EOT
-    environment = {
-      SIM_STATE_DIR = self.input.state_dir
     }
   }
 }

@@ -33,27 +33,11 @@ func TestMain(m *testing.M) {
 // machine of another cluster or one without labels, and deletes it: the machine stops and its
 // state dir is gone.
 func TestInventory(t *testing.T) {
-	tofu, err := testenv.Tool("tofu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	module, err := filepath.Abs(filepath.Join("..", "..", "..", "modules", "sim"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	simDir := t.TempDir()
 	const name = "claim-a"
-	req := tfrunner.Request{
-		Name: name + "-apply-1", Operation: tfrunner.Apply, Family: v1alpha1.FamilySim, ModuleDir: module, WorkDir: t.TempDir(),
-		Backend: tfrunner.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(t.TempDir(), "state.tfstate")}},
-		Variables: map[string]any{
-			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "sim-small", tfrunner.VarZone: "sim-1", tfrunner.VarUserData: "#cloud-config\n",
-			tfrunner.VarLabels: map[string]string{keys.LabelCluster: "prod-eu", keys.LabelNodeClaim: name,
-				keys.LabelNodeClass: "sim", keys.LabelNodePool: "default"},
-			tfrunner.VarParameters: map[string]string{"sim_dir": simDir, "never_join": "true"},
-		},
-		TofuPath: tofu,
-	}
+	req := simRequest(t, name, filepath.Join(t.TempDir(), "state.tfstate"),
+		map[string]string{keys.LabelCluster: "prod-eu", keys.LabelNodeClaim: name, keys.LabelNodeClass: "sim", keys.LabelNodePool: "default"},
+		map[string]string{"sim_dir": simDir, "never_join": "true"})
 	var log testenv.SyncBuffer
 	if res := tfrunner.Run(context.Background(), req, &log, nil); !res.Succeeded {
 		t.Fatalf("apply: %v\n%s", res.Error, log.String())
