@@ -60,6 +60,9 @@ type Options struct {
 	OrphanGrace time.Duration
 	// PoolKeeperInterval is how often the pools are kept.
 	PoolKeeperInterval time.Duration
+	// APIBudgets, when set, are the budgets the executor admits runs by; the orphan
+	// collector's requests are taken from them too.
+	APIBudgets *executor.APIBudgets
 }
 
 // withDefaults is o with the state namespace resolved: the one place it is defaulted.
@@ -98,7 +101,7 @@ func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controll
 			Namespace: o.Namespace, Interval: 20 * time.Second}),
 		garbagecollection.NewMachineCollector(garbagecollection.MachineOptions{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock,
 			Recorder: o.Recorder, Families: o.Families, Cluster: o.ClusterName, Namespace: o.Namespace, StateNamespace: o.StateNamespace,
-			Grace: o.OrphanGrace, Interval: time.Minute}),
+			Grace: o.OrphanGrace, Interval: time.Minute, Spend: o.spendAPI()}),
 		pool.NewKeeper(pool.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families,
 			SecretNamespace: o.Namespace, StateNamespace: o.StateNamespace, Cluster: o.ClusterName, Interval: o.PoolKeeperInterval}),
 		fulfillments,
@@ -127,4 +130,12 @@ func serverVersion(cfg *rest.Config) func(context.Context) (string, error) {
 		}
 		return fmt.Sprintf("v%d.%d.%d", v.Major(), v.Minor(), v.Patch()), nil
 	}
+}
+
+// spendAPI takes requests made outside runs from the runs' API budgets; nil without them.
+func (o Options) spendAPI() func(executor.APIDemand) {
+	if o.APIBudgets == nil {
+		return nil
+	}
+	return o.APIBudgets.Take
 }

@@ -45,6 +45,11 @@ type Scope struct {
 	Reader         client.Reader
 	Writer         client.Client
 	StateNamespace string
+	// Spend, when set, is told of each request a call makes against an API budget its cloud
+	// enforces (the budget APIBudgets names for the class's runs), so that runs are admitted
+	// against what the calls left. The orphan collector sets it: its listings and deletes
+	// draw on the same budget as the runs.
+	Spend func(executor.APIDemand)
 }
 
 // Catalogue (optional) offers node types from the family's own catalogue (its cloud's server

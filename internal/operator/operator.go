@@ -50,7 +50,8 @@ func Run(families family.Registry) {
 	if opts.EncryptionSecret != "" {
 		lo.Must0(ensurePassphrase(ctx, kubernetes.NewForConfigOrDie(op.GetConfig()), opts))
 	}
-	runs, tofu, runEnv := newExecutor(ctx, op, opts, families)
+	apiBudgets := executor.NewAPIBudgets(op.Clock, families.APIDemands)
+	runs, tofu, runEnv := newExecutor(ctx, op, opts, families, apiBudgets)
 	o := claims.Options{
 		Kube:                op.GetClient(),
 		APIReader:           op.Manager.GetAPIReader(),
@@ -70,6 +71,7 @@ func Run(families family.Registry) {
 		RetryBackoff:        opts.RetryBackoff,
 		OrphanGrace:         opts.OrphanGrace,
 		PoolKeeperInterval:  opts.PoolKeeperInterval,
+		APIBudgets:          apiBudgets,
 	}
 	provider := claims.NewCloudProvider(o)
 	cloudProvider := metrics.Decorate(provider)
@@ -92,8 +94,9 @@ func Run(families family.Registry) {
 // newExecutor builds the executor the options name, the tofu path runners use and extra
 // environment for runs. Its runs are limited by what is scarce (executor.Limiter): the
 // cluster's capacity for runner pods (Job executor) or this machine (local executor), the API
-// budgets of the families' clouds, and FULFILLER_MAX_CONCURRENT_RUNS when it is set.
-func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, families family.Registry) (executor.Executor, string, map[string]string) {
+// budgets of the families' clouds (apiBudgets, which the orphan collector draws on too), and
+// FULFILLER_MAX_CONCURRENT_RUNS when it is set.
+func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, families family.Registry, apiBudgets *executor.APIBudgets) (executor.Executor, string, map[string]string) {
 	logger := log.FromContext(ctx)
 	runEnv := map[string]string{}
 	var budgets []executor.Budget
@@ -109,7 +112,7 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 		jobs.ServiceAccountName = opts.RunnerServiceAccount
 		jobs.TTLAfterFinished = opts.RunnerTTL
 		runners := &executor.ClusterRunners{Placement: jobs.Placement(), Observe: observeCluster(op.GetClient())}
-		jobs.Limiter = executor.NewLimiter(append(budgets, runners, executor.NewAPIBudgets(op.Clock, families.APIDemands))...)
+		jobs.Limiter = executor.NewLimiter(append(budgets, runners, apiBudgets)...)
 		logger.Info("runs limited by the cluster's capacity for runner pods", "maxConcurrentRuns", opts.MaxConcurrentRuns)
 		return jobs, opts.TofuPath, runEnv
 	}
@@ -129,7 +132,7 @@ func newExecutor(ctx context.Context, op *operator.Operator, opts *Options, fami
 	}
 	machine := lo.Must(executor.ThisMachine())
 	logger.Info("runs limited by this machine", "bound", machine.Max(), "cpus", machine.CPUs, "memory", machine.Memory, "maxConcurrentRuns", opts.MaxConcurrentRuns)
-	limiter := executor.NewLimiter(append(budgets, machine, executor.NewAPIBudgets(op.Clock, families.APIDemands))...)
+	limiter := executor.NewLimiter(append(budgets, machine, apiBudgets)...)
 	return &executor.Local{Dir: opts.RunsDir, Limiter: limiter, Nice: executor.LocalRunNice}, tofu, runEnv
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/message"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // DefaultOrphanGrace is how old an orphaned machine or state must be before it is collected
@@ -75,6 +76,8 @@ type MachineCollector struct {
 	// name no backend namespace.
 	namespace, stateNamespace string
 	grace, interval           time.Duration
+	// spend takes the families' requests from the runs' API budgets (MachineOptions.Spend).
+	spend func(executor.APIDemand)
 
 	// deleted are the machines this collector deleted, by provider ID.
 	mu      sync.Mutex
@@ -103,6 +106,9 @@ type MachineOptions struct {
 	// Grace is how old an orphan must be (default DefaultOrphanGrace).
 	Grace    time.Duration
 	Interval time.Duration
+	// Spend, when set, takes the requests the families' calls make from the API budgets
+	// the runs are admitted by (executor.APIBudgets.Take; family.Scope.Spend).
+	Spend func(executor.APIDemand)
 }
 
 // NewMachineCollector returns a collector that runs every interval.
@@ -111,7 +117,7 @@ func NewMachineCollector(o MachineOptions) *MachineCollector {
 		o.Grace = DefaultOrphanGrace
 	}
 	return &MachineCollector{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock, recorder: o.Recorder, families: o.Families, cluster: o.Cluster,
-		namespace: o.Namespace, stateNamespace: o.StateNamespace, grace: o.Grace, interval: o.Interval, deleted: map[string]deletedMachine{}}
+		namespace: o.Namespace, stateNamespace: o.StateNamespace, grace: o.Grace, interval: o.Interval, spend: o.Spend, deleted: map[string]deletedMachine{}}
 }
 
 // Register runs the collector on the leader, every interval.
@@ -179,7 +185,7 @@ func (o *MachineCollector) Collect(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("credentials of nodeclass %s: %w", nc.Name, err))
 			continue
 		}
-		scope := family.Scope{Class: nc, Env: env, Cluster: o.cluster}
+		scope := family.Scope{Class: nc, Env: env, Cluster: o.cluster, Spend: o.spend}
 		var account string
 		if a, ok := f.(family.MachinesAccount); ok {
 			account = f.Name() + "/" + a.MachinesAccount(scope)

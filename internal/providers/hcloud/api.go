@@ -20,6 +20,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // The family reads the Hetzner Cloud API with its own small client over hcloud-go's schema
@@ -44,6 +45,9 @@ const (
 type api struct {
 	endpoint, token string
 	http            *http.Client
+	// spend and project count each request in the project's budget (family.Scope.Spend).
+	spend   func(executor.APIDemand)
+	project string
 }
 
 // newAPI returns a client with the class's token and endpoint.
@@ -52,7 +56,8 @@ func newAPI(s family.Scope) (*api, error) {
 	if token == "" {
 		return nil, family.Errorf(v1alpha1.ReasonInvalidCredentials, "the class's credentials have no %s", EnvToken)
 	}
-	return &api{endpoint: hcloudrules.Endpoint(s.Env), token: token, http: &http.Client{Timeout: apiTimeout}}, nil
+	return &api{endpoint: hcloudrules.Endpoint(s.Env), token: token, http: &http.Client{Timeout: apiTimeout},
+		spend: s.Spend, project: projectName(s.Env)}, nil
 }
 
 // apiError is an error answer of the API: its code (unauthorized, forbidden,
@@ -102,6 +107,10 @@ func (a *api) do(ctx context.Context, method, path string, query url.Values) ([]
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
+	if a.spend != nil {
+		// Answered, so counted by the API (a rate-limit refusal too).
+		a.spend(executor.APIDemand{Budget: a.project, Limit: ProjectRequestsPerHour, Per: time.Hour, Requests: 1})
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return nil, resp.Header, fmt.Errorf("reading %s: %w", path, err)

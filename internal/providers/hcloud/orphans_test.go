@@ -28,6 +28,8 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 type keptEvents struct {
@@ -126,8 +128,13 @@ func TestOrphanCollection(t *testing.T) {
 	}
 	clk := clocktesting.NewFakeClock(time.Now())
 	rec := &keptEvents{}
+	// The runs' API budgets, on a clock of their own that stands still: nothing refills, so
+	// what the collector takes shows whole (issue 25, defect 7).
+	budgets := executor.NewAPIBudgets(clocktesting.NewFakeClock(time.Now()), families.APIDemands)
 	collector := garbagecollection.NewMachineCollector(garbagecollection.MachineOptions{Kube: kube, APIReader: kube, Clock: clk, Recorder: rec, Families: families,
-		Cluster: "prod-eu", Namespace: ns, StateNamespace: states, Grace: 10 * time.Minute, Interval: time.Minute})
+		Cluster: "prod-eu", Namespace: ns, StateNamespace: states, Grace: 10 * time.Minute, Interval: time.Minute, Spend: budgets.Take})
+	project := executor.APIDemand{Budget: projectName(map[string]string{EnvToken: s.Token(), EnvEndpoint: s.Endpoint()}), Limit: ProjectRequestsPerHour, Per: time.Hour}
+	before := len(s.Requests())
 	exists := func(name string) bool {
 		_, ok := s.Server(servers[name])
 		return ok
@@ -181,4 +188,13 @@ func TestOrphanCollection(t *testing.T) {
 	if len(deletes) != 1 || !slices.ContainsFunc(deletes, func(p string) bool { return strings.HasSuffix(p, "/servers/"+strconv.FormatInt(servers["lost"], 10)) }) {
 		t.Errorf("DELETE requests %v, want the lost server's only", deletes)
 	}
+	// Every request the collector made, its listings and the delete, came out of the
+	// project's budget for runs.
+	var made int
+	var left float64
+	testenv.Eventually(t, 10*time.Second, "the collector's requests to be taken from the project's budget", func() bool {
+		made, left = len(s.Requests())-before, budgets.Left(project)
+		return made > 0 && float64(ProjectRequestsPerHour-made) == left
+	})
+	t.Logf("the collector made %d requests; %v of %d are left for runs", made, left, ProjectRequestsPerHour)
 }

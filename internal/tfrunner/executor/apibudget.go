@@ -106,6 +106,26 @@ func (a *APIBudgets) Admit(_ context.Context, req tfrunner.Request, _ Load) erro
 	return nil
 }
 
+// Take spends requests made outside runs from the budget they count in (the orphan
+// collector's listing of a project's servers and its deletes): the runs admitted after it
+// see what is left.
+func (a *APIBudgets) Take(d APIDemand) {
+	if d.Limit <= 0 || d.Per <= 0 || d.Requests <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.bucket(d, a.Clock.Now())
+	b.left = max(0, b.left-float64(d.Requests))
+}
+
+// Left is what d's budget holds now for runs.
+func (a *APIBudgets) Left(d APIDemand) float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bucket(d, a.Clock.Now()).left
+}
+
 // Spend implements Spender.
 func (a *APIBudgets) Spend(req tfrunner.Request) {
 	a.mu.Lock()

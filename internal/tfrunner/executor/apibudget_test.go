@@ -90,3 +90,30 @@ func TestAPIBudgets(t *testing.T) {
 		t.Errorf("an estimate above the limit, empty budget: %v", err)
 	}
 }
+
+// TestAPIBudgetsTakeRequestsOutsideRuns: requests made outside runs (the orphan collector's)
+// are taken from the budget they count in, and the runs admitted after see what is left.
+func TestAPIBudgetsTakeRequestsOutsideRuns(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	project := APIDemand{Budget: "project one", Limit: 3600, Per: time.Hour}
+	budgets := NewAPIBudgets(clk, func(tfrunner.Request) []APIDemand {
+		d := project
+		d.Requests = 20
+		return []APIDemand{d}
+	})
+	for range 3590 {
+		budgets.Take(APIDemand{Budget: project.Budget, Limit: project.Limit, Per: project.Per, Requests: 1})
+	}
+	if left := budgets.Left(project); left != 10 {
+		t.Fatalf("left %v after 3590 requests, want 10", left)
+	}
+	err := budgets.Admit(context.Background(), tfrunner.Request{Name: "a-apply-1", Operation: tfrunner.Apply}, Load{})
+	var refused *AdmissionError
+	if !errors.As(err, &refused) || refused.RetryAfter != 10*time.Second {
+		t.Fatalf("a run of 20 with 10 left: %v, want refused for 10s", err)
+	}
+	clk.Step(10 * time.Second)
+	if err := budgets.Admit(context.Background(), tfrunner.Request{Name: "a-apply-1", Operation: tfrunner.Apply}, Load{}); err != nil {
+		t.Errorf("after the refill: %v", err)
+	}
+}
