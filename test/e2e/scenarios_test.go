@@ -251,13 +251,7 @@ func TestNeverJoinsIsCleanedUp(t *testing.T) {
 		}
 		return false, nil
 	})
-	if _, err := os.Stat(filepath.Join(env.vars["SIM_DIR"], first.Name)); !os.IsNotExist(err) {
-		t.Errorf("machine of %s still has its state dir after destroy (err %v)", first.Name, err)
-	}
-	eventually(t, ctx, time.Minute, "nodeclaim "+first.Name+" to be gone", func(ctx context.Context) (bool, error) {
-		err := env.kube.Get(ctx, client.ObjectKey{Name: first.Name}, &karpv1.NodeClaim{})
-		return err != nil, client.IgnoreNotFound(err)
-	})
+	assertMachineAndClaimGone(t, ctx, first.Name)
 	cleanup(t, "silent", "e2e-silent", "e2e-silent")
 }
 
@@ -293,13 +287,7 @@ func TestInstallFailsHalfway(t *testing.T) {
 	if waited := joined.LastTransitionTime.Sub(first.Status.Stages.Applied.Time); waited >= broken.JoinTimeout.Duration {
 		t.Errorf("the claim failed %s after its apply, not before its join timeout", waited)
 	}
-	if _, err := os.Stat(filepath.Join(env.vars["SIM_DIR"], first.Name)); !os.IsNotExist(err) {
-		t.Errorf("machine of %s still has its state dir after destroy (err %v)", first.Name, err)
-	}
-	eventually(t, ctx, time.Minute, "nodeclaim "+first.Name+" to be gone", func(ctx context.Context) (bool, error) {
-		err := env.kube.Get(ctx, client.ObjectKey{Name: first.Name}, &karpv1.NodeClaim{})
-		return err != nil, client.IgnoreNotFound(err)
-	})
+	assertMachineAndClaimGone(t, ctx, first.Name)
 	cleanup(t, "broken-install", "e2e-broken-install", "e2e-broken-install")
 	eventually(t, ctx, time.Minute, "the claims' boot reports to go with them", func(ctx context.Context) (bool, error) {
 		var reports v1alpha1.BootReportList
@@ -414,4 +402,17 @@ func TestPreflightBlocksMachines(t *testing.T) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": "preflight"}, 1)
 	})
 	cleanup(t, "preflight", "e2e-preflight", "e2e-preflight")
+}
+
+// assertMachineAndClaimGone checks that the destroyed claim's simulated machine left no state
+// dir and waits for its NodeClaim to be deleted.
+func assertMachineAndClaimGone(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(env.vars["SIM_DIR"], name)); !os.IsNotExist(err) {
+		t.Errorf("machine of %s still has its state dir after destroy (err %v)", name, err)
+	}
+	eventually(t, ctx, time.Minute, "nodeclaim "+name+" to be gone", func(ctx context.Context) (bool, error) {
+		err := env.kube.Get(ctx, client.ObjectKey{Name: name}, &karpv1.NodeClaim{})
+		return err != nil, client.IgnoreNotFound(err)
+	})
 }
