@@ -207,7 +207,8 @@ var genericRules = []struct {
 
 // Classify turns the error diagnostics of a run and the error tfexec returned into a
 // RunError, or nil when the run succeeded. Rules, first match wins: the run's context
-// (cancelled, deadline), errors of this package (invalid module or request), the state-lock
+// (cancelled, deadline), errors of this package (invalid module or request, a module that
+// cannot be fetched), the state-lock
 // diagnostic, configuration diagnostics, the family's rules (nil: none), then the generic
 // rules.
 func Classify(diags []Diagnostic, runErr error, rules Rules) *RunError {
@@ -227,6 +228,10 @@ func Classify(diags []Diagnostic, runErr error, rules Rules) *RunError {
 		return &RunError{Class: Timeout, Message: "run deadline exceeded"}
 	case errors.Is(runErr, ErrInvalidModule), errors.Is(runErr, ErrInvalidRequest):
 		return NewRunError(InvalidModule, runErr.Error())
+	case errors.Is(runErr, ErrModuleFetch):
+		// The class resolved the source before any claim used it: a fetch that fails now
+		// (an unreachable git server) is retried.
+		return NewRunError(Transient, runErr.Error())
 	}
 	for _, d := range errs {
 		if d.Summary == lockSummary || strings.Contains(d.Detail, lockInfoHeader) {

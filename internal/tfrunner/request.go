@@ -51,7 +51,14 @@ type Request struct {
 	// error rules classify the run's failures.
 	Family string `json:"family,omitempty"`
 	// ModuleDir is the node type's module (a local folder); it is copied, never changed.
-	ModuleDir string `json:"moduleDir"`
+	ModuleDir string `json:"moduleDir,omitempty"`
+	// ModuleSource, instead of ModuleDir, is a remote module source (FetchModule): the run
+	// fetches it with `tofu get` into its work folder and uses what it fetched.
+	ModuleSource string `json:"moduleSource,omitempty"`
+	// ModuleDigest, when set, is the content the module must have (ModuleDigest), the one
+	// the claim was created with: an apply of other content fails with InvalidModule; a
+	// destroy says so in its log and goes on, since a machine must not outlive its module.
+	ModuleDigest string `json:"moduleDigest,omitempty"`
 	// WorkDir is a fresh folder the run owns.
 	WorkDir string `json:"workDir"`
 	// CacheDir is a folder the runner keeps initialised modules in, shared by the runs of
@@ -127,10 +134,13 @@ func (r Request) Validate() error {
 	if r.Operation != Apply && r.Operation != Destroy {
 		return fmt.Errorf("%w: unknown operation %q", ErrInvalidRequest, r.Operation)
 	}
-	for field, v := range map[string]string{"moduleDir": r.ModuleDir, "workDir": r.WorkDir, "tofuPath": r.TofuPath} {
+	for field, v := range map[string]string{"workDir": r.WorkDir, "tofuPath": r.TofuPath} {
 		if v == "" {
 			return fmt.Errorf("%w: %s is empty", ErrInvalidRequest, field)
 		}
+	}
+	if (r.ModuleDir == "") == (r.ModuleSource == "") {
+		return fmt.Errorf("%w: set exactly one of moduleDir and moduleSource", ErrInvalidRequest)
 	}
 	if r.Backend.Type != "" && !isIdentifier(r.Backend.Type) {
 		return fmt.Errorf("%w: invalid backend type %q", ErrInvalidRequest, r.Backend.Type)

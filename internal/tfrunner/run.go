@@ -30,6 +30,7 @@ const TofuInterruptGrace = 60 * time.Second
 // Files and folders inside Request.WorkDir.
 const (
 	moduleSubdir    = "module"
+	fetchSubdir     = "fetch"
 	homeSubdir      = "home"
 	varsFileName    = "fulfiller.tfvars.json"
 	cliConfigName   = "fulfiller.tfrc"
@@ -108,6 +109,28 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	moduleDir := filepath.Join(req.WorkDir, moduleSubdir)
 	if req.TofuPath, err = LocateTofu(ctx, req.TofuPath); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if req.ModuleSource != "" {
+		out.note("info", "fetching module "+req.ModuleSource+" (tofu get)")
+		fetched, err := FetchModule(ctx, req.TofuPath, req.ModuleSource, filepath.Join(req.WorkDir, fetchSubdir), env)
+		if err != nil {
+			return err
+		}
+		req.ModuleDir = fetched.Dir
+		out.note("info", "fetched module "+fetched.Digest+commitNote(fetched.Commit))
+	}
+	if req.ModuleDigest != "" {
+		digest, err := ModuleDigest(req.ModuleDir)
+		if err != nil {
+			return err
+		}
+		if digest != req.ModuleDigest {
+			msg := fmt.Sprintf("the module's content is %s, not %s, which the claim was created with", digest, req.ModuleDigest)
+			if req.Operation == Apply {
+				return fmt.Errorf("%w: %s", ErrInvalidModule, msg)
+			}
+			out.note("warn", msg+": destroying with it")
+		}
 	}
 	tofu := req.TofuPath
 	var cache *cachedRun
@@ -221,6 +244,13 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 		return readOutputs(all, res)
 	}
 	return readOutputs(streamedOutputs(outputs), res)
+}
+
+func commitNote(commit string) string {
+	if commit == "" {
+		return ""
+	}
+	return " at commit " + commit
 }
 
 // newTofu is a terraform-exec handle on tofu for one run in moduleDir, its stdout going to

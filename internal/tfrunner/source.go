@@ -1,0 +1,204 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package tfrunner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+
+	"github.com/fulfiller-sh/fulfiller/internal/message"
+)
+
+// A module source is what a class names its module by: an absolute path (a folder on the
+// runner's machine, e.g. in its image) or any remote source address OpenTofu accepts in a
+// module block (git::https://host/repo.git//subdir?ref=v1.2.0, git::ssh://..., an HTTP(S)
+// archive, ...). Remote sources are fetched by tofu itself: FetchModule writes a root module
+// that calls the source (`module "node" { source = ... }`) and runs `tofu get`, so every
+// source tofu knows works as tofu documents it, with the credentials of the run's
+// environment (GIT_SSH_COMMAND, a git credential helper's settings, TF_TOKEN_<host>, ...).
+
+// fetchCallName is the module call of the root module FetchModule writes.
+const fetchCallName = "node"
+
+// IsLocalSource reports whether a module source names a folder on this machine (an absolute
+// path), which is read in place rather than fetched.
+func IsLocalSource(source string) bool {
+	return filepath.IsAbs(source)
+}
+
+// ResolvedModule is a module source as one fetch found it.
+type ResolvedModule struct {
+	// Source is the source as given.
+	Source string `json:"source"`
+	// Pinned is the source that fetches this same content again: a git source's ref
+	// replaced by the commit it resolved to; the source itself for the others.
+	Pinned string `json:"pinned"`
+	// Commit is the git commit a git source resolved to.
+	Commit string `json:"commit,omitempty"`
+	// Digest identifies the module's content (ModuleDigest).
+	Digest string `json:"digest"`
+	// Dir is the module's folder on this machine: the source for a local one, else inside
+	// the folder FetchModule was given.
+	Dir string `json:"-"`
+}
+
+// ErrModuleFetch marks a module source that could not be fetched.
+var ErrModuleFetch = errors.New("the module cannot be fetched")
+
+// ModuleDigest identifies the content of the module in dir: "sha256:" and the hash of its
+// files' names, contents and executable bits, the files a run copies (hidden files, state
+// and variable files left out).
+func ModuleDigest(dir string) (string, error) {
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return "", fmt.Errorf("%w: module folder %s cannot be read", ErrInvalidModule, dir)
+	}
+	h := sha256.New()
+	if err := hashTree(h, dir, ""); err != nil {
+		return "", fmt.Errorf("reading module %s: %w", dir, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// FetchModule resolves a module source. A local source is read where it is. A remote one is
+// fetched by `tofu get` into dir (a folder the caller owns and removes; it must be empty or
+// absent) with the environment env, which is tofu's whole environment; errors wrap
+// ErrModuleFetch with tofu's own words, or ErrInvalidModule for a source tofu cannot use.
+func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[string]string) (*ResolvedModule, error) {
+	if IsLocalSource(source) {
+		digest, err := ModuleDigest(source)
+		if err != nil {
+			return nil, err
+		}
+		return &ResolvedModule{Source: source, Pinned: source, Digest: digest, Dir: source}, nil
+	}
+	if err := checkRemoteSource(source); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	root, err := json.Marshal(map[string]any{"module": map[string]any{fetchCallName: map[string]string{"source": source}}})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.tf.json"), root, 0o600); err != nil {
+		return nil, fmt.Errorf("writing the fetch's root module: %w", err)
+	}
+	tf, err := tfexec.NewTerraform(dir, tofuPath)
+	if err != nil {
+		return nil, fmt.Errorf("using tofu at %s: %w", tofuPath, err)
+	}
+	if err := tf.SetEnv(env); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	var stderr strings.Builder
+	tf.SetStderr(&stderr)
+	if err := tf.Get(ctx); err != nil {
+		why := strings.TrimSpace(stderr.String())
+		if why == "" {
+			why = err.Error()
+		}
+		return nil, fmt.Errorf("%w: %s: %s", ErrModuleFetch, source, message.Short(why))
+	}
+	modDir, err := fetchedDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	digest, err := ModuleDigest(modDir)
+	if err != nil {
+		return nil, err
+	}
+	res := &ResolvedModule{Source: source, Pinned: source, Digest: digest, Dir: modDir}
+	if commit, ok := gitCommit(ctx, filepath.Join(dir, dataDir, "modules", fetchCallName), env); ok {
+		res.Commit = commit
+		res.Pinned = pinGitRef(source, commit)
+	}
+	return res, nil
+}
+
+// checkRemoteSource refuses what cannot be a module block's literal source.
+func checkRemoteSource(source string) error {
+	switch {
+	case strings.TrimSpace(source) != source || source == "":
+		return fmt.Errorf("%w: module source %q has surrounding spaces or is empty", ErrInvalidModule, source)
+	case strings.HasPrefix(source, "./") || strings.HasPrefix(source, "../"):
+		return fmt.Errorf("%w: module source %q is a relative path; name a folder by its absolute path", ErrInvalidModule, source)
+	case strings.Contains(source, "${") || strings.Contains(source, "%{"):
+		return fmt.Errorf("%w: module source %q holds a template sequence", ErrInvalidModule, source)
+	case strings.ContainsAny(source, "\n\r\t"):
+		return fmt.Errorf("%w: module source %q holds a control character", ErrInvalidModule, source)
+	}
+	return nil
+}
+
+// fetchedDir is the folder `tofu get` installed the module call in, from its module manifest
+// (.terraform/modules/modules.json, the record tofu, editors and linters read installed
+// modules from).
+func fetchedDir(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, dataDir, "modules", "modules.json"))
+	if err != nil {
+		return "", fmt.Errorf("%w: tofu get left no module manifest: %w", ErrModuleFetch, err)
+	}
+	var manifest struct {
+		Modules []struct {
+			Key string `json:"Key"`
+			Dir string `json:"Dir"`
+		} `json:"Modules"`
+	}
+	if err := json.Unmarshal(data, &manifest); err != nil {
+		return "", fmt.Errorf("%w: reading tofu's module manifest: %w", ErrModuleFetch, err)
+	}
+	for _, m := range manifest.Modules {
+		if m.Key != fetchCallName {
+			continue
+		}
+		d := filepath.FromSlash(m.Dir)
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		return d, nil
+	}
+	return "", fmt.Errorf("%w: tofu's module manifest does not list the module", ErrModuleFetch)
+}
+
+// gitCommit is the commit checked out in pkg when tofu fetched a git source there.
+func gitCommit(ctx context.Context, pkg string, env map[string]string) (string, bool) {
+	if _, err := os.Stat(filepath.Join(pkg, ".git")); err != nil {
+		return "", false
+	}
+	cmd := exec.CommandContext(ctx, "git", "-C", pkg, "rev-parse", "HEAD")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.Output()
+	commit := strings.TrimSpace(string(out))
+	if err != nil || len(commit) < 40 {
+		return "", false
+	}
+	return commit, true
+}
+
+// pinGitRef is a git source with its ref set to commit (a shallow clone's depth dropped: a
+// commit is fetched by a full clone).
+func pinGitRef(source, commit string) string {
+	base, query, _ := strings.Cut(source, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return source
+	}
+	q.Set("ref", commit)
+	q.Del("depth")
+	return base + "?" + q.Encode()
+}

@@ -1,0 +1,211 @@
+// Copyright The fulfiller Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package tfrunner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/testenv"
+)
+
+// gitRepo is a bare git repository of modules, made with the real git: a work tree
+// commits to it, and serve makes it reachable over HTTP.
+type gitRepo struct {
+	t          *testing.T
+	bare, work string
+}
+
+func newGitRepo(t *testing.T) *gitRepo {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is needed to fetch git module sources:", err)
+	}
+	dir := t.TempDir()
+	r := &gitRepo{t: t, bare: filepath.Join(dir, "modules.git"), work: filepath.Join(dir, "work")}
+	r.git(dir, "init", "--bare", "--initial-branch=main", r.bare)
+	r.git(dir, "clone", r.bare, r.work)
+	return r
+}
+
+func (r *gitRepo) git(dir string, args ...string) string {
+	r.t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.com",
+		"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// commit copies the module folder src to path in the repository, commits it, tags the commit
+// (moving the tag when it exists) and pushes; it returns the commit.
+func (r *gitRepo) commit(src, path, tag string) string {
+	r.t.Helper()
+	dst := filepath.Join(r.work, path)
+	if err := os.RemoveAll(dst); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := copyTree(src, dst); err != nil {
+		r.t.Fatal(err)
+	}
+	r.git(r.work, "add", "-A")
+	r.git(r.work, "commit", "--allow-empty", "-q", "-m", "module at "+tag)
+	r.git(r.work, "tag", "-f", tag)
+	r.git(r.work, "push", "-q", "-f", "origin", "main", "refs/tags/"+tag)
+	r.git(r.bare, "update-server-info") // for git's HTTP protocol served as plain files
+	return r.git(r.work, "rev-parse", "HEAD")
+}
+
+// serve serves the bare repository over git's HTTP protocol (its files as they are, the
+// protocol plain file servers speak) on loopback and returns its URL.
+func (r *gitRepo) serve() string {
+	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(r.bare))))
+	r.t.Cleanup(srv.Close)
+	return srv.URL + "/" + filepath.Base(r.bare)
+}
+
+func fetchEnv(t *testing.T) map[string]string {
+	env, err := runEnv(Request{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func TestFetchModuleLocal(t *testing.T) {
+	dir := moduleDir(t, "node")
+	got, err := FetchModule(context.Background(), tofuPath(t), dir, t.TempDir(), fetchEnv(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ModuleDigest(dir)
+	if got.Dir != dir || got.Pinned != dir || got.Commit != "" || got.Digest != want || !strings.HasPrefix(want, "sha256:") {
+		t.Errorf("local source resolved to %+v, want its own folder with digest %s", got, want)
+	}
+}
+
+func TestFetchModuleGit(t *testing.T) {
+	repo := newGitRepo(t)
+	first := repo.commit(moduleDir(t, "node"), "node", "v1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct{ name, source string }{
+		{"file", "git::file://" + repo.bare + "//node?ref=v1"},
+		{"http", "git::" + repo.serve() + "//node?ref=v1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := FetchModule(ctx, tofuPath(t), tc.source, t.TempDir(), fetchEnv(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := ModuleDigest(moduleDir(t, "node"))
+			if got.Commit != first || got.Digest != want {
+				t.Errorf("fetched commit %s digest %s, want %s and the module's %s", got.Commit, got.Digest, first, want)
+			}
+			if !strings.Contains(got.Pinned, "ref="+first) || strings.Contains(got.Pinned, "ref=v1") {
+				t.Errorf("pinned source %s does not name the commit", got.Pinned)
+			}
+			if _, err := os.Stat(filepath.Join(got.Dir, "main.tf")); err != nil {
+				t.Errorf("the fetched folder %s holds no module: %v", got.Dir, err)
+			}
+		})
+	}
+
+	// The tag moves to other content: the source resolves anew, the pinned one does not.
+	source := "git::file://" + repo.bare + "//node?ref=v1"
+	pinned, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := repo.commit(moduleDir(t, "required-zone"), "node", "v1")
+	moved, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved.Commit != second || moved.Digest == pinned.Digest {
+		t.Errorf("after the tag moved the source resolved to %s (%s), want %s with other content", moved.Commit, moved.Digest, second)
+	}
+	again, err := FetchModule(ctx, tofuPath(t), pinned.Pinned, t.TempDir(), fetchEnv(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Commit != first || again.Digest != pinned.Digest {
+		t.Errorf("the pinned source %s fetched %s (%s), want %s (%s)", pinned.Pinned, again.Commit, again.Digest, first, pinned.Digest)
+	}
+}
+
+func TestFetchModuleFailures(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	missing := "git::file://" + filepath.Join(t.TempDir(), "none.git") + "?ref=v1"
+	if _, err := FetchModule(ctx, tofuPath(t), missing, t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) || !strings.Contains(err.Error(), "none.git") {
+		t.Errorf("a missing repository gave %v, want ErrModuleFetch naming it", err)
+	}
+	for _, source := range []string{"./relative", "git::https://example.com/x.git?ref=${var.x}", " git::https://example.com/x.git"} {
+		if _, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrInvalidModule) {
+			t.Errorf("source %q gave %v, want ErrInvalidModule", source, err)
+		}
+	}
+}
+
+// A run of a git source fetches it itself; a recorded digest holds the apply to that content,
+// and a destroy of other content goes on.
+func TestRunGitSourcePinnedByDigest(t *testing.T) {
+	repo := newGitRepo(t)
+	repo.commit(moduleDir(t, "node"), "node", "v1")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	resolved, err := FetchModule(ctx, tofuPath(t), "git::"+repo.serve()+"//node?ref=v1", t.TempDir(), fetchEnv(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	state, record := filepath.Join(tmp, "state.tfstate"), filepath.Join(tmp, "record")
+	if err := os.Mkdir(record, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	req := nodeRequest(t, "node-git", "node", state, map[string]string{"record_dir": record})
+	req.ModuleDir, req.ModuleSource, req.ModuleDigest = "", resolved.Pinned, resolved.Digest
+	var log testenv.SyncBuffer
+	if res := Run(ctx, req, &log, testRules); !res.Succeeded {
+		t.Fatalf("apply of %s failed: %+v\n%s", req.ModuleSource, res.Error, log.String())
+	}
+	if !strings.Contains(log.String(), "fetched module "+resolved.Digest+" at commit "+resolved.Commit) {
+		t.Errorf("the log does not say what was fetched:\n%s", log.String())
+	}
+
+	// Another apply with a digest the content does not have fails before tofu runs.
+	other := req
+	other.WorkDir, other.ModuleDigest = t.TempDir(), "sha256:0000"
+	if res := Run(ctx, other, io.Discard, testRules); res.Succeeded || res.Error.Class != InvalidModule || !strings.Contains(res.Error.Message, "which the claim was created with") {
+		t.Errorf("an apply of other content gave %+v, want InvalidModule", res.Error)
+	}
+
+	// The destroy of the same mismatch says so and removes the machine.
+	destroy := other
+	destroy.WorkDir, destroy.Operation = t.TempDir(), Destroy
+	var dlog testenv.SyncBuffer
+	if res := Run(ctx, destroy, &dlog, testRules); !res.Succeeded {
+		t.Fatalf("destroy failed: %+v\n%s", res.Error, dlog.String())
+	}
+	if !strings.Contains(dlog.String(), "destroying with it") {
+		t.Errorf("the destroy's log does not report the other content:\n%s", dlog.String())
+	}
+	if _, err := os.Stat(filepath.Join(record, "destroyed")); err != nil {
+		t.Errorf("the machine was not destroyed: %v", err)
+	}
+}
