@@ -57,8 +57,13 @@ type FulfillmentSpec struct {
 	ProviderID string `json:"providerID,omitempty"`
 	// StateKey names the claim's OpenTofu state (the kubernetes backend's secret_suffix).
 	StateKey string `json:"stateKey"`
-	// Module is the module folder of the chosen node type.
+	// Module is the module source every run of the claim uses: a folder, or a remote source
+	// pinned to what the class resolved it to at Create (a git source to its commit).
 	Module string `json:"module"`
+	// ModuleDigest is the content the module had at Create (ModuleStatus.Digest): an apply
+	// of other content fails with InvalidModule.
+	// +optional
+	ModuleDigest string `json:"moduleDigest,omitempty"`
 	// Hash of the NodeClass, node type and module version used; compared for drift.
 	Hash string `json:"hash"`
 	// Parameters are what the class's family chose for this claim at Create (a leased

@@ -4,6 +4,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	"github.com/awslabs/operatorpkg/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -83,12 +85,40 @@ type TofuNodeClassSpec struct {
 }
 
 type ModuleSource struct {
-	// Source is a folder holding the module (a local path for now).
+	// Source is the module: an absolute path (a folder in the fulfiller's image and its
+	// runners'), or any remote source OpenTofu accepts in a module block, fetched by tofu
+	// itself (`tofu get`) with the class's credentials as its environment: a git repository
+	// (git::https://host/org/repo.git//subdir?ref=v1.2.0, git::ssh://...), an HTTP(S)
+	// archive. The class resolves it (status.modules: a git ref's commit, the content's
+	// digest) and checks the module contract before any machine is bought; each claim
+	// records what it resolved to and every run of the claim, its destroy included, uses
+	// exactly that.
 	// +kubebuilder:validation:MinLength=1
 	Source string `json:"source"`
 	// Version is recorded in the drift hash; change it to roll nodes onto a new module release.
 	// +optional
 	Version string `json:"version,omitempty"`
+}
+
+// ModuleStatus is what a module source resolved to when the class last resolved it.
+type ModuleStatus struct {
+	// Source as the spec names it.
+	Source string `json:"source"`
+	// Pinned is the source claims created now fetch: a git source with its ref replaced by
+	// Commit; the source itself otherwise.
+	// +optional
+	Pinned string `json:"pinned,omitempty"`
+	// Commit is the git commit a git source's ref resolved to.
+	// +optional
+	Commit string `json:"commit,omitempty"`
+	// Digest identifies the module's content ("sha256:..."): its files' names, contents and
+	// executable bits. A local module's digest is in the drift hash, so editing its files
+	// drifts its nodes; a remote one's nodes drift when the source (its ref) changes.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// Resolved is when the source was last fetched and read successfully.
+	// +optional
+	Resolved *metav1.Time `json:"resolved,omitempty"`
 }
 
 // BackendType names an OpenTofu state backend.
@@ -214,6 +244,10 @@ type NodeType struct {
 	// Variables are merged over the class's variables in the module's `parameters`.
 	// +optional
 	Variables map[string]string `json:"variables,omitempty"`
+	// Module, when set, is this type's own module instead of the class's (spec.module): it
+	// is resolved, checked and pinned like the class's, and used for this type's claims only.
+	// +optional
+	Module *ModuleSource `json:"module,omitempty"`
 	// ProviderIDTemplate, when set, makes the provider ID known before the apply: `{name}` is
 	// replaced by the node name (e.g. `kubevirt://{name}`); it must contain it, or every claim
 	// would get the same ID. Otherwise the module's provider_id output is awaited.
@@ -291,6 +325,44 @@ type TofuNodeClassStatus struct {
 	// Catalog is what the class's catalogue resolved to (classes with spec.catalog only).
 	// +optional
 	Catalog *CatalogStatus `json:"catalog,omitempty"`
+	// Modules are the class's module sources as last resolved, re-resolved on an interval
+	// (the controller's --module-refresh-interval). A failed refresh keeps the last good
+	// resolution.
+	// +listType=map
+	// +listMapKey=source
+	// +optional
+	Modules []ModuleStatus `json:"modules,omitempty"`
+}
+
+// ModuleFor is the module of node type nt: its own, else the class's.
+func (in *TofuNodeClass) ModuleFor(nt *NodeType) ModuleSource {
+	if nt != nil && nt.Module != nil {
+		return *nt.Module
+	}
+	return in.Spec.Module
+}
+
+// ModuleSources are the distinct module sources of the class: its own, then its node types'
+// in their order.
+func (in *TofuNodeClass) ModuleSources() []string {
+	sources := []string{in.Spec.Module.Source}
+	types := in.NodeTypes()
+	for i := range types {
+		if m := types[i].Module; m != nil && !slices.Contains(sources, m.Source) {
+			sources = append(sources, m.Source)
+		}
+	}
+	return sources
+}
+
+// ModuleStatusFor is the status of the module source, if the class resolved it.
+func (in *TofuNodeClass) ModuleStatusFor(source string) (*ModuleStatus, bool) {
+	for i := range in.Status.Modules {
+		if in.Status.Modules[i].Source == source {
+			return &in.Status.Modules[i], true
+		}
+	}
+	return nil, false
 }
 
 // Catalog selects node types from the class's family's catalogue.

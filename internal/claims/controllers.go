@@ -60,6 +60,11 @@ type Options struct {
 	OrphanGrace time.Duration
 	// PoolKeeperInterval is how often the pools are kept.
 	PoolKeeperInterval time.Duration
+	// ModuleDir keeps what the classes' remote module sources fetched (with TofuPath, which
+	// the controller's image has as its runners' do); ModuleRefresh is how often a source is
+	// resolved again (nodeclass.Options).
+	ModuleDir     string
+	ModuleRefresh time.Duration
 	// APIBudgets, when set, are the budgets the executor admits runs by; the orphan
 	// collector's requests are taken from them too.
 	APIBudgets *executor.APIBudgets
@@ -96,7 +101,8 @@ func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controll
 	}
 	return []controller.Controller{
 		nodeclass.NewController(nodeclass.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder,
-			SecretNamespace: o.Namespace, Families: o.Families, Cluster: o.ClusterName, TokenAuthProbe: o.RESTConfig}),
+			SecretNamespace: o.Namespace, Families: o.Families, Cluster: o.ClusterName, TokenAuthProbe: o.RESTConfig,
+			TofuPath: o.TofuPath, ModuleDir: o.ModuleDir, ModuleRefresh: o.ModuleRefresh}),
 		garbagecollection.NewSecretCollector(garbagecollection.SecretOptions{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock,
 			Namespace: o.Namespace, Interval: 20 * time.Second}),
 		garbagecollection.NewMachineCollector(garbagecollection.MachineOptions{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock,

@@ -52,6 +52,11 @@ const OrphanGrace = time.Minute
 // can fail more runs than a claim's run history keeps.
 const RetryBackoff = 100 * time.Millisecond
 
+// ModuleRefresh is the controller's FULFILLER_MODULE_REFRESH_INTERVAL here: a class's module
+// source is resolved again every 10 s instead of 10 minutes, so that a git tag moved in a
+// scenario is seen soon.
+const ModuleRefresh = 10 * time.Second
+
 // Layout of an environment folder.
 type Layout struct{ Dir string }
 
@@ -310,6 +315,7 @@ func (c *controller) start() error {
 		// e2e scenario makes one) are collected about a minute after they were created, not ten.
 		"FULFILLER_ORPHAN_GRACE="+OrphanGrace.String(),
 		"FULFILLER_RETRY_BACKOFF="+RetryBackoff.String(),
+		"FULFILLER_MODULE_REFRESH_INTERVAL="+ModuleRefresh.String(),
 		"FULFILLER_STATE_NAMESPACE="+StateNamespace,
 		"FULFILLER_RUNS_DIR="+c.layout.Runs(),
 		"FULFILLER_TOFU="+tofu,

@@ -71,6 +71,7 @@ func Run(families family.Registry) {
 		RetryBackoff:        opts.RetryBackoff,
 		OrphanGrace:         opts.OrphanGrace,
 		PoolKeeperInterval:  opts.PoolKeeperInterval,
+		ModuleRefresh:       opts.ModuleRefresh,
 		APIBudgets:          apiBudgets,
 	}
 	provider := claims.NewCloudProvider(o)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/nodeclass"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
@@ -71,6 +72,8 @@ type Options struct {
 	RetryBackoff time.Duration
 	// PoolKeeperInterval is how often the pools of finite families (Hetzner Robot) are looked after.
 	PoolKeeperInterval time.Duration
+	// ModuleRefresh is how often a class's module source is resolved again.
+	ModuleRefresh time.Duration
 	// RunnerPriorityClass is the PriorityClass of runner pods (empty: none).
 	RunnerPriorityClass string
 	runnerResources     string
@@ -118,6 +121,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.RunnerServiceAccount, "runner-service-account", env.WithDefaultString("FULFILLER_RUNNER_SERVICE_ACCOUNT", "fulfiller-runner"), "ServiceAccount of runner Jobs (RBAC for the state backend only)")
 	fs.DurationVar(&o.RunnerTTL, "runner-ttl", env.WithDefaultDuration("FULFILLER_RUNNER_TTL", 24*time.Hour), "How long finished runner Jobs, and so their logs, are kept")
 	fs.DurationVar(&o.PoolKeeperInterval, "pool-keeper-interval", env.WithDefaultDuration("FULFILLER_POOL_KEEPER_INTERVAL", 10*time.Second), "How often the pools of finite families (Hetzner Robot servers) are looked after: leases, reinstalls back to standby, installs ahead of need, quarantine")
+	fs.DurationVar(&o.ModuleRefresh, "module-refresh-interval", env.WithDefaultDuration("FULFILLER_MODULE_REFRESH_INTERVAL", nodeclass.DefaultModuleRefresh), "How often a class's module source is resolved again (a git ref's commit, the content's digest); claims are created with the last resolution")
 	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", run.DefaultDestroyDeadline), "Longest a tofu destroy may run (an apply is bounded by its node type's deadlines.apply)")
 	fs.DurationVar(&o.RetryBackoff, "retry-backoff", env.WithDefaultDuration("FULFILLER_RETRY_BACKOFF", run.DefaultRetryBackoff), "First wait before a failed tofu run is tried again; it doubles per attempt, up to 60 times this")
 	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")

@@ -128,6 +128,13 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 	return res, nil
 }
 
+// FetchEnv is the environment of a fetch outside a run, as a run's would be (runEnv): a few
+// of this process's variables, a home and a CLI configuration of its own in workDir (made
+// here), the TofuEnvPrefix variables, then extra (the class's credentials), which wins.
+func FetchEnv(workDir string, extra map[string]string) (map[string]string, error) {
+	return runEnv(Request{WorkDir: workDir, Env: extra})
+}
+
 // checkRemoteSource refuses what cannot be a module block's literal source.
 func checkRemoteSource(source string) error {
 	switch {

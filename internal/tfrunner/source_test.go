@@ -19,65 +19,6 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
-// gitRepo is a bare git repository of modules, made with the real git: a work tree
-// commits to it, and serve makes it reachable over HTTP.
-type gitRepo struct {
-	t          *testing.T
-	bare, work string
-}
-
-func newGitRepo(t *testing.T) *gitRepo {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Fatal("git is needed to fetch git module sources:", err)
-	}
-	dir := t.TempDir()
-	r := &gitRepo{t: t, bare: filepath.Join(dir, "modules.git"), work: filepath.Join(dir, "work")}
-	r.git(dir, "init", "--bare", "--initial-branch=main", r.bare)
-	r.git(dir, "clone", r.bare, r.work)
-	return r
-}
-
-func (r *gitRepo) git(dir string, args ...string) string {
-	r.t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.com",
-		"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// commit copies the module folder src to path in the repository, commits it, tags the commit
-// (moving the tag when it exists) and pushes; it returns the commit.
-func (r *gitRepo) commit(src, path, tag string) string {
-	r.t.Helper()
-	dst := filepath.Join(r.work, path)
-	if err := os.RemoveAll(dst); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := copyTree(src, dst); err != nil {
-		r.t.Fatal(err)
-	}
-	r.git(r.work, "add", "-A")
-	r.git(r.work, "commit", "--allow-empty", "-q", "-m", "module at "+tag)
-	r.git(r.work, "tag", "-f", tag)
-	r.git(r.work, "push", "-q", "-f", "origin", "main", "refs/tags/"+tag)
-	r.git(r.bare, "update-server-info") // for git's HTTP protocol served as plain files
-	return r.git(r.work, "rev-parse", "HEAD")
-}
-
-// serve serves the bare repository over git's HTTP protocol (its files as they are, the
-// protocol plain file servers speak) on loopback and returns its URL.
-func (r *gitRepo) serve() string {
-	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(r.bare))))
-	r.t.Cleanup(srv.Close)
-	return srv.URL + "/" + filepath.Base(r.bare)
-}
-
 func fetchEnv(t *testing.T) map[string]string {
 	env, err := runEnv(Request{WorkDir: t.TempDir()})
 	if err != nil {
@@ -99,13 +40,13 @@ func TestFetchModuleLocal(t *testing.T) {
 }
 
 func TestFetchModuleGit(t *testing.T) {
-	repo := newGitRepo(t)
-	first := repo.commit(moduleDir(t, "node"), "node", "v1")
+	repo := testenv.NewGitRepo(t)
+	first := repo.Commit(moduleDir(t, "node"), "node", "v1")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, tc := range []struct{ name, source string }{
-		{"file", "git::file://" + repo.bare + "//node?ref=v1"},
-		{"http", "git::" + repo.serve() + "//node?ref=v1"},
+		{"file", "git::file://" + repo.Bare + "//node?ref=v1"},
+		{"http", "git::" + repo.Serve() + "//node?ref=v1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := FetchModule(ctx, tofuPath(t), tc.source, t.TempDir(), fetchEnv(t))
@@ -126,12 +67,12 @@ func TestFetchModuleGit(t *testing.T) {
 	}
 
 	// The tag moves to other content: the source resolves anew, the pinned one does not.
-	source := "git::file://" + repo.bare + "//node?ref=v1"
+	source := "git::file://" + repo.Bare + "//node?ref=v1"
 	pinned, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := repo.commit(moduleDir(t, "required-zone"), "node", "v1")
+	second := repo.Commit(moduleDir(t, "required-zone"), "node", "v1")
 	moved, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
@@ -165,11 +106,11 @@ func TestFetchModuleFailures(t *testing.T) {
 // A run of a git source fetches it itself; a recorded digest holds the apply to that content,
 // and a destroy of other content goes on.
 func TestRunGitSourcePinnedByDigest(t *testing.T) {
-	repo := newGitRepo(t)
-	repo.commit(moduleDir(t, "node"), "node", "v1")
+	repo := testenv.NewGitRepo(t)
+	repo.Commit(moduleDir(t, "node"), "node", "v1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	resolved, err := FetchModule(ctx, tofuPath(t), "git::"+repo.serve()+"//node?ref=v1", t.TempDir(), fetchEnv(t))
+	resolved, err := FetchModule(ctx, tofuPath(t), "git::"+repo.Serve()+"//node?ref=v1", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,5 +148,29 @@ func TestRunGitSourcePinnedByDigest(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(record, "destroyed")); err != nil {
 		t.Errorf("the machine was not destroyed: %v", err)
+	}
+}
+
+// An HTTP archive is fetched and unpacked by tofu; its digest is its files'.
+func TestFetchModuleHTTPArchive(t *testing.T) {
+	archive := filepath.Join(t.TempDir(), "node.tar.gz")
+	tar := exec.Command("tar", "-czf", archive, "-C", moduleDir(t, "node"), ".")
+	if out, err := tar.CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, out)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(archive))))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got, err := FetchModule(ctx, tofuPath(t), srv.URL+"/node.tar.gz", t.TempDir(), fetchEnv(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ModuleDigest(moduleDir(t, "node"))
+	if got.Digest != want || got.Commit != "" || got.Pinned != srv.URL+"/node.tar.gz" {
+		t.Errorf("the archive resolved to %+v, want the module's digest %s", got, want)
+	}
+	if _, err := FetchModule(ctx, tofuPath(t), srv.URL+"/missing.tar.gz", t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) {
+		t.Errorf("a missing archive gave %v, want ErrModuleFetch", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // ProviderName is the CloudProvider's name in Karpenter's metrics.
@@ -258,6 +259,10 @@ func (c *CloudProvider) fulfillmentFor(nc *v1alpha1.TofuNodeClass, claim *karpv1
 	if err != nil {
 		return nil, cloudprovider.NewCreateError(err, v1alpha1.ReasonInvalidClaimName, err.Error())
 	}
+	module, digest, err := moduleFor(nc, nt)
+	if err != nil {
+		return nil, err
+	}
 	f := &v1alpha1.Fulfillment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:       claim.Name,
@@ -275,7 +280,8 @@ func (c *CloudProvider) fulfillmentFor(nc *v1alpha1.TofuNodeClass, claim *karpv1
 			NodeName:     claim.Name,
 			ProviderID:   providerIDFor(nt, claim.Name),
 			StateKey:     string(key),
-			Module:       moduleFor(nc, nt),
+			Module:       module,
+			ModuleDigest: digest,
 			Hash:         nodeHash(nc, nt),
 		},
 	}
@@ -306,8 +312,22 @@ func providerIDFor(nt *v1alpha1.NodeType, nodeName string) string {
 	return strings.ReplaceAll(nt.ProviderIDTemplate, "{name}", nodeName)
 }
 
-func moduleFor(nc *v1alpha1.TofuNodeClass, _ *v1alpha1.NodeType) string {
-	return nc.Spec.Module.Source
+// moduleFor is the module a claim of node type nt records: the type's source (its own, else the
+// class's) pinned to what
+// the class last resolved it to, and its content's digest. A local source the class has not
+// resolved yet is recorded as it is, without a digest; a remote one must have been resolved.
+func moduleFor(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) (source, digest string, err error) {
+	src := nc.ModuleFor(nt).Source
+	st, ok := nc.ModuleStatusFor(src)
+	switch {
+	case ok && st.Pinned != "":
+		return st.Pinned, st.Digest, nil
+	case ok:
+		return src, st.Digest, nil
+	case tfrunner.IsLocalSource(src):
+		return src, "", nil
+	}
+	return "", "", cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("the class's module source %s has not been resolved yet", src))
 }
 
 // Delete starts the destroy (the Fulfillment's finalizer runs it) and reports NotFound only

@@ -67,6 +67,28 @@ func TestCreate(t *testing.T) {
 				t.Errorf("%d fulfillments (%v)", len(list.Items), err)
 			}
 		}},
+		{"records the module as the class resolved it", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			source := "git::https://git.example.com/modules.git//sim?ref=v1"
+			pinned := "git::https://git.example.com/modules.git//sim?ref=0123456789abcdef0123456789abcdef01234567"
+			nc := test.NodeClass("sim", func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Source = source })
+			test.Ready(nc)
+			nc.Status.Modules = []v1alpha1.ModuleStatus{{Source: source, Pinned: pinned, Commit: "0123456789abcdef0123456789abcdef01234567", Digest: "sha256:abc"}}
+			test.ExpectApplied(t, e.kube, nc)
+			e.create(claim)
+			if f := e.fulfillment(claim.Name); f.Spec.Module != pinned || f.Spec.ModuleDigest != "sha256:abc" {
+				t.Errorf("fulfillment records module %q digest %q, want %q and the digest", f.Spec.Module, f.Spec.ModuleDigest, pinned)
+			}
+		}},
+		{"a remote module the class has not resolved launches nothing", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			nc := test.NodeClass("sim", func(nc *v1alpha1.TofuNodeClass) {
+				nc.Spec.Module.Source = "git::https://git.example.com/modules.git?ref=v1"
+			})
+			test.Ready(nc)
+			test.ExpectApplied(t, e.kube, nc)
+			if _, err := e.provider.Create(e.ctx, claim); !cloudprovider.IsNodeClassNotReadyError(err) {
+				t.Errorf("Create = %v, want NodeClassNotReady", err)
+			}
+		}},
 		{"a class that does not exist or is not Ready launches nothing", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			claim.Spec.NodeClassRef.Name = "nope"
 			if _, err := e.provider.Create(e.ctx, claim); !cloudprovider.IsNodeClassNotReadyError(err) {
@@ -227,5 +249,50 @@ func TestIsDrifted(t *testing.T) {
 				t.Errorf("IsDrifted = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// A local module's content digest is in the drift hash; a remote module's nodes drift with its
+// source (its ref), not with what a moved tag resolves to.
+func TestNodeHashModule(t *testing.T) {
+	hash := func(source, digest string) string {
+		nc := test.NodeClass("sim", func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Source = source })
+		if digest != "" {
+			nc.Status.Modules = []v1alpha1.ModuleStatus{{Source: source, Digest: digest}}
+		}
+		return nodeHash(nc, &nc.Spec.NodeTypes[0])
+	}
+	const local, remote = "/modules/sim", "git::https://git.example.com/m.git?ref=v1"
+	if hash(local, "sha256:a") == hash(local, "sha256:b") {
+		t.Error("editing a local module does not drift its nodes")
+	}
+	if hash(remote, "sha256:a") != hash(remote, "sha256:b") {
+		t.Error("a moved tag drifts a remote module's nodes")
+	}
+	if hash(remote, "sha256:a") == hash("git::https://git.example.com/m.git?ref=v2", "sha256:a") {
+		t.Error("changing the ref does not drift the nodes")
+	}
+}
+
+// A node type's own module is what its claims record and what its drift hash covers; the
+// class's module no longer counts for it, and the other types keep theirs.
+func TestNodeTypeModule(t *testing.T) {
+	nc := test.TwoTypeClass()
+	nc.Spec.NodeTypes[1].Module = &v1alpha1.ModuleSource{Source: "/modules/large", Version: "1"}
+	small, large := &nc.Spec.NodeTypes[0], &nc.Spec.NodeTypes[1]
+	if src, _, err := moduleFor(nc, large); err != nil || src != "/modules/large" {
+		t.Errorf("the large type's module is %q (%v), want its own", src, err)
+	}
+	if src, _, _ := moduleFor(nc, small); src != nc.Spec.Module.Source {
+		t.Errorf("the small type's module is %q, want the class's", src)
+	}
+	before := [2]string{nodeHash(nc, small), nodeHash(nc, large)}
+	nc.Spec.Module.Version = "2"
+	if nodeHash(nc, small) == before[0] || nodeHash(nc, large) != before[1] {
+		t.Error("a new class module version must drift the small type only")
+	}
+	large.Module.Version = "2"
+	if nodeHash(nc, large) == before[1] {
+		t.Error("a new version of the type's own module does not drift it")
 	}
 }

@@ -49,12 +49,7 @@ func (c *Controller) checks(nc *v1alpha1.TofuNodeClass) []classCheck {
 			}
 			return passed, nil
 		}},
-		{v1alpha1.ConditionModuleValid, func(_ context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
-			if reason, err := checkModule(nc.Spec.Module.Source); err != nil {
-				return failedCheck(reason, err), nil
-			}
-			return passed, nil
-		}},
+		{v1alpha1.ConditionModuleValid, c.moduleCheck},
 		{v1alpha1.ConditionBackendReady, func(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
 			_, err := classconfig.ReadBackend(ctx, c.apiReader, c.secretNamespace, nc.Spec.Backend)
 			return configVerdict(err)

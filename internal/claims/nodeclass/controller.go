@@ -56,6 +56,8 @@ type Controller struct {
 	credentialChecks *verdictCache
 	// catalogs remembers what each catalogue class's family catalogue last read.
 	catalogs *catalogReads
+	// modules resolves the classes' module sources.
+	modules *moduleResolver
 }
 
 // Re-check intervals: a class that is not Ready is looked at often, so it recovers soon after
@@ -82,12 +84,19 @@ type Options struct {
 	// authenticates bootstrap tokens (see preflight.TokenAuthProbe), run once the
 	// authorizer's answers are fine and at most every 5 minutes.
 	TokenAuthProbe *rest.Config
+	// TofuPath is the tofu binary that fetches remote module sources (empty: tofu on PATH);
+	// ModuleDir is where the fetches are kept (empty: a folder under the temporary folder);
+	// ModuleRefresh how often a source is resolved again (0: DefaultModuleRefresh).
+	TofuPath      string
+	ModuleDir     string
+	ModuleRefresh time.Duration
 }
 
 // NewController builds the controller.
 func NewController(o Options) *Controller {
 	c := &Controller{kube: o.Kube, clock: o.Clock, recorder: o.Recorder, apiReader: o.APIReader, secretNamespace: o.SecretNamespace,
-		families: o.Families, cluster: o.Cluster, credentialChecks: newVerdictCache(o.Clock), catalogs: newCatalogReads()}
+		families: o.Families, cluster: o.Cluster, credentialChecks: newVerdictCache(o.Clock), catalogs: newCatalogReads(),
+		modules: newModuleResolver(o.Clock, o.TofuPath, o.ModuleDir, o.ModuleRefresh)}
 	c.preflight = func(ctx context.Context) (*preflight.Failure, error) {
 		return preflight.Check(ctx, o.Kube, o.APIReader)
 	}
@@ -161,6 +170,7 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.TofuNodeClass) 
 		recheck = notReadyRecheck
 	}
 	recheck = c.catalogRequeue(updated, recheck)
+	recheck = min(recheck, c.modules.refresh) // the module source is resolved again then
 	updated.Status.NodeTypeCount = len(updated.NodeTypes())
 	if equality.Semantic.DeepEqual(nc.Status, updated.Status) {
 		return reconcile.Result{RequeueAfter: recheck}, nil

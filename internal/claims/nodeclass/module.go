@@ -4,29 +4,210 @@
 package nodeclass
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// checkModule reads the module's HCL and checks the module contract (tfrunner.CheckModuleDir,
-// the check `fulfiller module check` runs), naming every violation with its file and line.
-func checkModule(source string) (string, error) {
-	if !filepath.IsAbs(source) {
-		return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %q must be an absolute path", source)
+// DefaultModuleRefresh is how often a class's module source is resolved again.
+const DefaultModuleRefresh = 10 * time.Minute
+
+// failedModuleRetry is how soon a source that could not be resolved is tried again.
+const failedModuleRetry = 30 * time.Second
+
+// moduleResolver resolves module sources (tfrunner.FetchModule) and keeps what each resolved
+// to, per source and credentials, so that a source is fetched at most once per refresh
+// interval however many classes and reconciles ask for it, not per claim.
+type moduleResolver struct {
+	clock   clock.Clock
+	tofu    string // the tofu binary fetches run ("": found on PATH)
+	dir     string // fetches are kept under it
+	refresh time.Duration
+
+	mu    sync.Mutex
+	reads map[string]*moduleRead
+}
+
+type moduleRead struct {
+	// good is the last successful resolution (nil before one); failure what the last
+	// attempt failed with (nil after a success), at attempted.
+	good      *tfrunner.ResolvedModule
+	read      time.Time
+	failure   error
+	attempted time.Time
+	fetchDir  string // the fetch good.Dir is in ("" for a local source)
+}
+
+func newModuleResolver(clk clock.Clock, tofu, dir string, refresh time.Duration) *moduleResolver {
+	if refresh <= 0 {
+		refresh = DefaultModuleRefresh
 	}
-	if info, err := os.Stat(source); err != nil || !info.IsDir() {
-		return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %s is not a folder", source)
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "fulfiller-modules")
 	}
-	violations, err := tfrunner.CheckModuleDir(source)
+	return &moduleResolver{clock: clk, tofu: tofu, dir: dir, refresh: refresh, reads: map[string]*moduleRead{}}
+}
+
+// resolve is what source resolved to with the environment env (the class's credentials): the
+// cached resolution while it is younger than the refresh interval, else a new one. A failed
+// refresh keeps the last good resolution (and logs the failure); with none, the failure is
+// returned, retried after failedModuleRetry.
+func (r *moduleResolver) resolve(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, time.Time, error) {
+	key := resolveKey(source, env)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	rd := r.reads[key]
+	if rd == nil {
+		rd = &moduleRead{}
+		r.reads[key] = rd
+	}
+	switch {
+	case rd.good != nil && now.Sub(rd.read) < r.refresh:
+		return rd.good, rd.read, nil
+	case rd.good == nil && rd.failure != nil && now.Sub(rd.attempted) < failedModuleRetry:
+		return nil, time.Time{}, rd.failure
+	}
+	got, fetchDir, err := r.fetch(ctx, source, env)
+	rd.attempted = now
+	if err != nil {
+		rd.failure = err
+		if rd.good != nil {
+			log.FromContext(ctx).Error(err, "refreshing a module source failed; claims keep using its last resolution", "source", source, "digest", rd.good.Digest)
+			return rd.good, rd.read, nil
+		}
+		return nil, time.Time{}, err
+	}
+	if rd.fetchDir != "" && rd.fetchDir != fetchDir {
+		_ = os.RemoveAll(rd.fetchDir)
+	}
+	rd.good, rd.read, rd.failure, rd.fetchDir = got, now, nil, fetchDir
+	return got, now, nil
+}
+
+func (r *moduleResolver) fetch(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, string, error) {
+	if tfrunner.IsLocalSource(source) {
+		got, err := tfrunner.FetchModule(ctx, r.tofu, source, "", nil)
+		return got, "", err
+	}
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("creating %s: %w", r.dir, err)
+	}
+	work, err := os.MkdirTemp(r.dir, "fetch-")
+	if err != nil {
+		return nil, "", err
+	}
+	tofu, err := tfrunner.LocateTofu(ctx, r.tofu)
+	if err == nil {
+		var fetchEnv map[string]string
+		if fetchEnv, err = tfrunner.FetchEnv(filepath.Join(work, "run"), env); err == nil {
+			var got *tfrunner.ResolvedModule
+			if got, err = tfrunner.FetchModule(ctx, tofu, source, filepath.Join(work, "root"), fetchEnv); err == nil {
+				return got, work, nil
+			}
+		}
+	}
+	_ = os.RemoveAll(work)
+	return nil, "", err
+}
+
+// resolveKey identifies a source fetched with an environment (the values hashed, never kept).
+func resolveKey(source string, env map[string]string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q\n", source)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Fprintf(h, "%q=%q\n", k, env[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// moduleCheck resolves the class's module sources (its own and its node types') into
+// status.modules and checks the module contract on what each resolved to
+// (tfrunner.CheckModuleDir, the check `fulfiller module check` runs), naming every violation
+// with its file and line: a source that cannot be fetched or a module that breaks the
+// contract fails ModuleValid before any machine is bought.
+func (c *Controller) moduleCheck(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
+	sources := nc.ModuleSources()
+	var env map[string]string
+	if slices.ContainsFunc(sources, func(s string) bool { return !tfrunner.IsLocalSource(s) }) {
+		// Fetching with the class's credentials (git tokens, TF_TOKEN_<host>); when they
+		// cannot be read, CredentialsReady says why and the fetch goes without them.
+		if creds, err := classconfig.ReadCredentials(ctx, c.apiReader, c.secretNamespace, nc.Spec.Credentials); err == nil {
+			env = creds
+		} else if _, ok := classconfig.AsConfigError(err); !ok {
+			return verdict{}, err
+		}
+	}
+	statuses := make([]v1alpha1.ModuleStatus, 0, len(sources))
+	for _, source := range sources {
+		st, v := c.resolveModule(ctx, source, env)
+		if !v.passed {
+			if len(sources) > 1 {
+				v.message = "module " + source + ": " + v.message
+			}
+			nc.Status.Modules = nil
+			return v, nil
+		}
+		statuses = append(statuses, st)
+	}
+	nc.Status.Modules = statuses
+	return passed, nil
+}
+
+// resolveModule resolves one source and checks the module it resolved to.
+func (c *Controller) resolveModule(ctx context.Context, source string, env map[string]string) (v1alpha1.ModuleStatus, verdict) {
+	if reason, err := checkSource(source); err != nil {
+		return v1alpha1.ModuleStatus{}, failedCheck(reason, err)
+	}
+	if tfrunner.IsLocalSource(source) {
+		env = nil
+	}
+	got, resolved, err := c.modules.resolve(ctx, source, env)
+	if err != nil {
+		reason := v1alpha1.ReasonInvalidModule
+		if errors.Is(err, tfrunner.ErrModuleFetch) {
+			reason = v1alpha1.ReasonModuleNotFound
+		}
+		return v1alpha1.ModuleStatus{}, failedCheck(reason, err)
+	}
+	violations, err := tfrunner.CheckModuleDir(got.Dir)
 	if err == nil {
 		err = tfrunner.ViolationsError(violations)
 	}
 	if err != nil {
-		return v1alpha1.ReasonInvalidModule, err
+		return v1alpha1.ModuleStatus{}, failedCheck(v1alpha1.ReasonInvalidModule, err)
+	}
+	at := metav1.NewTime(resolved)
+	return v1alpha1.ModuleStatus{Source: source, Pinned: got.Pinned, Commit: got.Commit, Digest: got.Digest, Resolved: &at}, passed
+}
+
+// checkSource refuses a source that names no module before anything is fetched: a local
+// source must be an absolute path to a folder.
+func checkSource(source string) (string, error) {
+	if !tfrunner.IsLocalSource(source) {
+		if source == "" || source[0] == '.' {
+			return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %q must be an absolute path or a remote source", source)
+		}
+		return "", nil
+	}
+	if info, err := os.Stat(source); err != nil || !info.IsDir() {
+		return v1alpha1.ReasonModuleNotFound, fmt.Errorf("module source %s is not a folder", source)
 	}
 	return "", nil
 }

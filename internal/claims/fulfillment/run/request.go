@@ -71,13 +71,15 @@ func (r *Runs) request(ctx context.Context, c *Claim, op tfrunner.Operation, att
 		deadline = settings.ApplyDeadlineOrDefault()
 	}
 	return tfrunner.Request{
-		Deadline:  deadline,
-		Name:      Name(c.F, op, attempt),
-		Operation: op,
-		Family:    familyName(c),
-		ModuleDir: c.F.Spec.Module,
-		Backend:   backend,
-		Workspace: workspace,
+		Deadline:     deadline,
+		Name:         Name(c.F, op, attempt),
+		Operation:    op,
+		Family:       familyName(c),
+		ModuleDir:    moduleDir(c.F.Spec.Module),
+		ModuleSource: moduleSource(c.F.Spec.Module),
+		ModuleDigest: c.F.Spec.ModuleDigest,
+		Backend:      backend,
+		Workspace:    workspace,
 		Variables: map[string]any{
 			tfrunner.VarNodeName:   c.F.Spec.NodeName,
 			tfrunner.VarNodeType:   c.F.Spec.NodeType,
@@ -94,6 +96,22 @@ func (r *Runs) request(ctx context.Context, c *Claim, op tfrunner.Operation, att
 		Labels:      map[string]string{keys.LabelNodeClaim: c.F.Name, keys.LabelNodeClaimUID: c.F.Spec.NodeClaimUID},
 		LockTimeout: 30 * time.Second,
 	}, nil
+}
+
+// moduleDir and moduleSource are the claim's recorded module as a run takes it: a folder as
+// it is, a remote source (pinned at Create) fetched by the run.
+func moduleDir(module string) string {
+	if tfrunner.IsLocalSource(module) {
+		return module
+	}
+	return ""
+}
+
+func moduleSource(module string) string {
+	if tfrunner.IsLocalSource(module) {
+		return ""
+	}
+	return module
 }
 
 // familyName is the node-type family of the claim's class, whose error rules classify its
