@@ -46,7 +46,7 @@ func commands(binaryVersion string, families family.Registry, extra []Command) [
 		{Name: "run", Summary: "run one tofu operation for one claim (the runner)", Run: func(args []string) int {
 			return tfrunner.Main(args, rules.Set())
 		}},
-		{Name: "module", Summary: "check a node-type module against the module contract (module check DIR)", Run: func(args []string) int {
+		{Name: "module", Summary: "check a node-type module against the module contract (module check DIR|SOURCE)", Run: func(args []string) int {
 			return tfrunner.ModuleMain(args, os.Stdout, os.Stderr)
 		}},
 		{Name: "robot", Summary: "activate, release or probe a leased Hetzner Robot server (modules/hetzner-robot)", Run: robot.Main},

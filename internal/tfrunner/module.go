@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/terraform-config-inspect/tfconfig"
 )
 
-// Names in the module contract (DESIGN §4).
+// Names in the module contract (modules/README.md).
 const (
 	VarNodeName   = "node_name"
 	VarNodeType   = "node_type"

@@ -4,20 +4,26 @@
 package tfrunner
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
-// ModuleMain is `fulfiller module check DIR`: the class's static contract check
-// (CheckModuleDir) for module authors and CI. It prints every violation with its file and
-// line and returns 1 on any, 0 when the module keeps the contract and 2 for a usage error.
+// ModuleMain is `fulfiller module check DIR|SOURCE`: the class's static contract check
+// (CheckModuleDir) for module authors and CI. A SOURCE that is no folder is fetched as a class
+// fetches it (FetchModule: `tofu get`, the tofu of --tofu or on PATH) and its files are
+// checked. It prints every violation with its file and line and returns 1 on any (or when the
+// source cannot be fetched), 0 when the module keeps the contract and 2 for a usage error.
 func ModuleMain(args []string, stdout, stderr io.Writer) int {
-	const usage = "usage: fulfiller module check DIR\n\n" +
-		"check that the module in DIR keeps the module contract (modules/README.md): every\n" +
-		"violation is printed with its file and line, and the exit code is 1 on any\n"
+	const usage = "usage: fulfiller module check [--tofu PATH] DIR|SOURCE\n\n" +
+		"check that the module in DIR, or at a module source OpenTofu accepts (git::https://...,\n" +
+		"an HTTP archive), keeps the module contract (modules/README.md): every violation is\n" +
+		"printed with its file and line, and the exit code is 1 on any\n"
 	if len(args) == 0 || args[0] != "check" {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -25,6 +31,7 @@ func ModuleMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("module check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	tofu := fs.String("tofu", "tofu", "the tofu binary that fetches a SOURCE")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -32,10 +39,21 @@ func ModuleMain(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	dir := filepath.Clean(fs.Arg(0))
+	arg := fs.Arg(0)
+	dir, name := filepath.Clean(arg), filepath.Clean(arg)
 	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
-		fmt.Fprintf(stderr, "fulfiller module check: %s is not a folder (only a local module folder can be checked)\n", dir)
-		return 2
+		if IsLocalSource(arg) || strings.HasPrefix(arg, ".") {
+			fmt.Fprintf(stderr, "fulfiller module check: %s is not a folder\n", arg)
+			return 2
+		}
+		fetched, cleanup, err := fetchForCheck(arg, *tofu)
+		defer cleanup()
+		if err != nil {
+			fmt.Fprintf(stderr, "fulfiller module check: %v\n", err)
+			return 1
+		}
+		dir, name = fetched.Dir, arg
+		fmt.Fprintf(stderr, "%s: fetched %s%s\n", arg, fetched.Digest, commitNote(fetched.Commit))
 	}
 	violations, err := CheckModuleDir(dir)
 	if err != nil {
@@ -43,16 +61,40 @@ func ModuleMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	for _, v := range violations {
-		if v.File == "" {
-			fmt.Fprintf(stdout, "%s: %s\n", dir, v.Message)
-		} else {
+		switch {
+		case v.File == "":
+			fmt.Fprintf(stdout, "%s: %s\n", name, v.Message)
+		case name != dir: // a fetched source: its files by their path in the source
+			fmt.Fprintf(stdout, "%s: %s\n", name, v.String())
+		default:
 			fmt.Fprintln(stdout, filepath.Join(dir, v.String()))
 		}
 	}
 	if len(violations) > 0 {
-		fmt.Fprintf(stderr, "%s: %d violation(s) of the module contract\n", dir, len(violations))
+		fmt.Fprintf(stderr, "%s: %d violation(s) of the module contract\n", name, len(violations))
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: keeps the module contract\n", dir)
+	fmt.Fprintf(stdout, "%s: keeps the module contract\n", name)
 	return 0
+}
+
+// fetchForCheck fetches a source into a temporary folder, which cleanup removes.
+func fetchForCheck(source, tofu string) (*ResolvedModule, func(), error) {
+	tmp, err := os.MkdirTemp("", "fulfiller-module-check-")
+	if err != nil {
+		return nil, func() {}, err
+	}
+	cleanup := func() { _ = os.RemoveAll(tmp) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	path, err := LocateTofu(ctx, tofu)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	env, err := FetchEnv(filepath.Join(tmp, "run"), nil)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	got, err := FetchModule(ctx, path, source, filepath.Join(tmp, "root"), env)
+	return got, cleanup, err
 }
