@@ -46,13 +46,52 @@ locals {
   }
 }
 
-resource "terraform_data" "server" {
-  # Another server, another path or other user data is another node.
+# Release, a resource of its own that the server's depends on: tofu skips the destroy-time
+# provisioners of a tainted resource, and the server's resource is tainted when its
+# activation fails or is interrupted (a failed installimage, a rescue system that never
+# came up, SIGINT when the claim is deleted mid-apply). Such a server is half installed with
+# the claim's user data, or in the rescue system; it must be released all the same. This
+# resource has no creation-time provisioner, so it is never tainted; it is created before
+# the activation starts and destroyed after the server's resource. A server a warm
+# activation found not in standby (recorded unverified) is released without a reinstall.
+resource "terraform_data" "release" {
+  # Replaced with the server's resource, so a replaced node is released first.
   triggers_replace = [local.server_number, local.p.activation_path, sha256(var.user_data)]
 
   # What the destroy-time provisioner needs: it may only refer to self.
   input = merge(local.common, {
     ROBOT_IMAGE = local.p.release_image != "" ? local.p.release_image : local.p.image
+  })
+
+  # Release: rescue, reset, and a standby reinstall that runs on the server after this
+  # returns; the new host key and the state "reinstalling" are recorded on the server's
+  # inventory lease first. The pool keeper sees it reach standby.
+  provisioner "local-exec" {
+    when        = destroy
+    interpreter = ["/bin/sh", "-c"]
+    command     = <<-EOT
+      set -eu
+      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
+      "$FULFILLER_BINARY" robot release --server "$ROBOT_SERVER" \
+        --hostname "robot-$ROBOT_SERVER" --image "$ROBOT_IMAGE" --drives "$ROBOT_DRIVES" \
+        --ssh-host "$ROBOT_SSH_HOST" --ssh-port "$ROBOT_SSH_PORT" \
+        --inventory-namespace "$ROBOT_NAMESPACE" --holder "$ROBOT_HOLDER" \
+        --rescue-timeout "$ROBOT_RESCUE_TIMEOUT" --poll-interval "$ROBOT_POLL_INTERVAL"
+    EOT
+    environment = self.input
+  }
+}
+
+resource "terraform_data" "server" {
+  # Another server, another path or other user data is another node.
+  triggers_replace = [local.server_number, local.p.activation_path, sha256(var.user_data)]
+  depends_on       = [terraform_data.release]
+
+  # What the destroy-time provisioner needs: it may only refer to self. ROBOT_RELEASE_APART
+  # says that terraform_data.release releases the server.
+  input = merge(local.common, {
+    ROBOT_IMAGE         = local.p.release_image != "" ? local.p.release_image : local.p.image
+    ROBOT_RELEASE_APART = "true"
   })
 
   # The user data goes to a 0600 file through printf (a shell builtin, so it is on no
@@ -96,14 +135,15 @@ resource "terraform_data" "server" {
     })
   }
 
-  # Release: rescue, reset, and a standby reinstall that runs on the server after this
-  # returns; the new host key and the state "reinstalling" are recorded on the server's
-  # inventory lease first. The pool keeper sees it reach standby.
+  # The release of a node activated by an earlier version of this module, whose state has
+  # no terraform_data.release (and no ROBOT_RELEASE_APART in this resource's input): as that
+  # version released it. Every later state's node is released by terraform_data.release.
   provisioner "local-exec" {
     when        = destroy
     interpreter = ["/bin/sh", "-c"]
     command     = <<-EOT
       set -eu
+      if [ "$${ROBOT_RELEASE_APART:-}" = true ]; then exit 0; fi
       : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
       "$FULFILLER_BINARY" robot release --server "$ROBOT_SERVER" \
         --hostname "robot-$ROBOT_SERVER" --image "$ROBOT_IMAGE" --drives "$ROBOT_DRIVES" \

@@ -319,8 +319,9 @@ func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context
 			}
 		case it.Quarantined():
 		case state == StateInstalling || state == StateActive:
-			// Released after an activation that failed (the destroy of a failed apply runs no
-			// reinstall; the failure is counted): installed anew ahead of need.
+			// Released without a reinstall after an activation that failed (the destroy of a
+			// node of the 0.1.0 module skipped it for a tainted resource; the failure is
+			// counted): installed anew ahead of need.
 			if err := ignoreNotHolder(inv.SetAttributes(ctx, it.ID, "", map[string]string{AttrState: ""})); err != nil {
 				return family.PoolReport{}, err
 			}

@@ -436,8 +436,9 @@ func TestServerInAnotherClassAndCredentials(t *testing.T) {
 	}
 }
 
-// A server released after a failed cold activation (its destroy runs no reinstall) is fresh
-// again: the keeper installs it anew, and its failure stays counted.
+// A server released without a reinstall after a failed cold activation (the destroy of a
+// node of the 0.1.0 module skipped it) is fresh again: the keeper installs it anew, and its
+// failure stays counted.
 func TestKeepReinstallsAfterFailedActivation(t *testing.T) {
 	m := newFakeMachines(101)
 	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101), Warm: int32p(0),
