@@ -80,12 +80,12 @@ func (o Options) withDefaults() Options {
 func NewCloudProvider(o Options) *cloudprovider.CloudProvider {
 	o = o.withDefaults()
 	return cloudprovider.New(cloudprovider.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Unavailable: o.Unavailable,
-		StateNamespace: o.StateNamespace, Families: o.Families, RecordsAfterAnswer: true})
+		StateNamespace: o.StateNamespace, Families: o.Families})
 }
 
 // NewControllers are the fulfiller's controllers, in one list, to run beside Karpenter's. The
 // executor learns to wake a claim as soon as its run ends.
-func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controller.Controller {
+func NewControllers(o Options) []controller.Controller {
 	o = o.withDefaults()
 	fulfillments := fulfillment.NewController(fulfillment.Options{
 		Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Executor: o.Executor, Unavailable: o.Unavailable,
@@ -111,7 +111,6 @@ func NewControllers(o Options, provider *cloudprovider.CloudProvider) []controll
 		pool.NewKeeper(pool.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families,
 			SecretNamespace: o.Namespace, StateNamespace: o.StateNamespace, Cluster: o.ClusterName, Interval: o.PoolKeeperInterval}),
 		fulfillments,
-		cloudprovider.NewRecordRecovery(provider, o.Clock),
 	}
 }
 

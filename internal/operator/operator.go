@@ -79,7 +79,7 @@ func Run(families family.Registry) {
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
 
-	ours := claims.NewControllers(o, provider)
+	ours := claims.NewControllers(o)
 	if jobs, ok := runs.(*executor.Job); ok {
 		// Admission and polling read the runner Jobs and pods from a watch of the namespace,
 		// which also reports each run's end (started once the controllers set OnEnd).

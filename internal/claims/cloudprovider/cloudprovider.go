@@ -52,10 +52,6 @@ type Options struct {
 	StateNamespace string
 	// Families, when set, lets Create lease machines of the classes whose family is a Pool.
 	Families family.Registry
-	// RecordsAfterAnswer makes Create answer before its record, the Fulfillment, is written:
-	// the write follows at once, in the background (records). Classes whose family leases
-	// machines from a pool still record before the answer: the lease is a write anyway.
-	RecordsAfterAnswer bool
 }
 
 // CloudProvider implements Karpenter's CloudProvider on Fulfillments: Create decides and
@@ -73,8 +69,6 @@ type CloudProvider struct {
 
 	// pools lease machines of the classes whose family is a finite pool (Options.Families).
 	pools *classconfig.Pools
-	// records, when set, writes Create's records after its answer (Options.RecordsAfterAnswer).
-	records *records
 
 	mu    sync.Mutex
 	cache map[types.UID]cachedTypes
@@ -99,9 +93,6 @@ func New(o Options) *CloudProvider {
 	}
 	if o.Families != nil {
 		c.pools = &classconfig.Pools{Families: o.Families, Reader: c.reader, Writer: o.Kube, StateNamespace: o.StateNamespace}
-	}
-	if o.RecordsAfterAnswer {
-		c.records = newRecords(o.Kube, o.Kube)
 	}
 	return c
 }
@@ -138,8 +129,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	case err != nil:
 		return nil, fmt.Errorf("reading fulfillment: %w", err)
 	case f.Spec.NodeClaimUID != string(claim.UID):
-		return nil, cloudprovider.NewCreateError(fmt.Errorf("fulfillment %s belongs to another nodeclaim (uid %s)", f.Name, f.Spec.NodeClaimUID),
-			v1alpha1.ReasonFulfillmentConflict, "a fulfillment of that name belongs to an earlier nodeclaim and is being destroyed")
+		return nil, conflictError(f)
 	}
 	nt, ok := nc.NodeType(f.Spec.NodeType)
 	if !ok {
@@ -154,17 +144,10 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	return c.hydrate(claim, nc, nt, f, providerID)
 }
 
-// recorded is the claim's record: its Fulfillment from the cache, or the one written after
-// the answer that is not there yet.
+// recorded is the claim's record, its Fulfillment, from the cache.
 func (c *CloudProvider) recorded(ctx context.Context, claim *karpv1.NodeClaim) (*v1alpha1.Fulfillment, error) {
 	f := &v1alpha1.Fulfillment{}
-	err := c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f)
-	if apierrors.IsNotFound(err) && c.records != nil {
-		if pending, ok := c.records.get(claim.Name, claim.UID); ok {
-			return pending, nil
-		}
-	}
-	return f, err
+	return f, c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f)
 }
 
 // readyForNewClaims is nil when the class may launch a new claim. While its checks have not
@@ -235,21 +218,31 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if f, err = c.leaseFor(ctx, nc, claim, f, all); err != nil {
 		return nil, err
 	}
-	if _, _, pooled := c.pools.Of(nc); c.records != nil && !pooled {
-		c.records.add(ctx, f)
-		return f, nil
-	}
+	// The record is written before the answer: once Create has answered, Karpenter does not
+	// call it again for the launched claim, and only the record makes a machine for it.
 	if err := c.kube.Create(ctx, f); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			got := &v1alpha1.Fulfillment{}
-			if err := c.kube.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
-				return nil, fmt.Errorf("reading fulfillment: %w", err)
-			}
-			return got, nil
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating fulfillment: %w", err)
 		}
-		return nil, fmt.Errorf("creating fulfillment: %w", err)
+		// An earlier Create of this claim wrote it and the cache does not show it yet, or an
+		// earlier claim's Fulfillment of that name is still being destroyed.
+		got := &v1alpha1.Fulfillment{}
+		if err := c.reader.Get(ctx, client.ObjectKeyFromObject(f), got); err != nil {
+			return nil, fmt.Errorf("reading fulfillment: %w", err)
+		}
+		if got.Spec.NodeClaimUID != string(claim.UID) {
+			return nil, conflictError(got)
+		}
+		return got, nil
 	}
 	return f, nil
+}
+
+// conflictError: the claim's Fulfillment name is taken by an earlier claim's, still being
+// destroyed.
+func conflictError(f *v1alpha1.Fulfillment) error {
+	return cloudprovider.NewCreateError(fmt.Errorf("fulfillment %s belongs to another nodeclaim (uid %s)", f.Name, f.Spec.NodeClaimUID),
+		v1alpha1.ReasonFulfillmentConflict, "a fulfillment of that name belongs to an earlier nodeclaim and is being destroyed")
 }
 
 // fulfillmentFor is the record of the decision to launch the claim as a node of type nt in
@@ -334,17 +327,8 @@ func moduleFor(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) (source, diges
 // once the machine is destroyed and its state removed. It first records on the Fulfillment
 // that Karpenter called it: a Fulfillment deleted by someone else waits for that.
 func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
-	reader := client.Reader(c.kube)
-	if c.records != nil {
-		if c.records.drop(claim.Name, claim.UID) {
-			return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s was never written", claim.Name))
-		}
-		if c.records.has(claim.Name) {
-			reader = c.reader // written, maybe not in the cache yet
-		}
-	}
 	f := &v1alpha1.Fulfillment{}
-	if err := reader.Get(ctx, client.ObjectKey{Name: claim.Name}, f); err != nil {
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: claim.Name}, f); err != nil {
 		if apierrors.IsNotFound(err) {
 			return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("fulfillment %s is gone", claim.Name))
 		}
