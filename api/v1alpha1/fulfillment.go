@@ -219,6 +219,12 @@ type Run struct {
 	// Log is where to read the run: a file path for the local executor.
 	// +optional
 	Log string `json:"log,omitempty"`
+	// LogTail is the end of a failed run's log, kept when the run ended so that why it
+	// failed outlives its runner (a runner Job is deleted after its TTL): tofu's messages, one
+	// a line with their time and level, redacted as the log is, at most 4 KiB.
+	// `fulfiller logs <claim>` prints it once the runner's log is gone.
+	// +optional
+	LogTail string `json:"logTail,omitempty"`
 }
 
 func (in *Fulfillment) StatusConditions(opts ...status.ForOption) status.ConditionSet {

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package cli dispatches the subcommands of the project's two binaries: cmd/fulfiller, what
-// the image ships (controller, run, module, robot, version), and cmd/fulfiller-dev, the development binary
+// the image ships (controller, run, module, logs, robot, version), and cmd/fulfiller-dev, the development binary
 // (the same commands plus the local environment and the simulated machine). It holds no
 // command's logic, and imports nothing a controller binary must not link.
 package cli
@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fulfiller-sh/fulfiller/internal/claimlogs"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/operator"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
@@ -30,7 +31,7 @@ type Command struct {
 }
 
 // Main runs the command that os.Args[1] names and exits with its code. The commands are
-// controller, run, module, robot, then extra, then version; binary names the program in usage
+// controller, run, module, logs, robot, then extra, then version; binary names the program in usage
 // messages. families are the node-type families the binary knows, for the controller; the
 // runner classifies failures with their error rules (internal/providers/rules).
 func Main(binary, version string, families family.Registry, extra ...Command) {
@@ -48,6 +49,9 @@ func commands(binaryVersion string, families family.Registry, extra []Command) [
 		}},
 		{Name: "module", Summary: "check a node-type module against the module contract (module check DIR|SOURCE)", Run: func(args []string) int {
 			return tfrunner.ModuleMain(args, os.Stdout, os.Stderr)
+		}},
+		{Name: "logs", Summary: "print the log of a claim's tofu run: its runner's while it lasts, else the tail its Fulfillment kept (logs CLAIM)", Run: func(args []string) int {
+			return claimlogs.Main(args, os.Stdout, os.Stderr)
 		}},
 		{Name: "robot", Summary: "activate, release or probe a leased Hetzner Robot server (modules/hetzner-robot)", Run: robot.Main},
 	}

@@ -17,8 +17,8 @@ func TestDispatch(t *testing.T) {
 		return 3
 	}}
 	cmds := commands("v1", nil, []Command{sim})
-	if names := commandNames(cmds); !slices.Equal(names, []string{"controller", "run", "module", "robot", "sim", "version"}) {
-		t.Fatalf("commands = %v, want controller, run, module, robot, the extra ones, version", names)
+	if names := commandNames(cmds); !slices.Equal(names, []string{"controller", "run", "module", "logs", "robot", "sim", "version"}) {
+		t.Fatalf("commands = %v, want controller, run, module, logs, robot, the extra ones, version", names)
 	}
 	for _, tc := range []struct {
 		args               []string

@@ -173,15 +173,18 @@ func ExecutorContract(t *testing.T, c Contract) {
 		module string
 		params map[string]string
 		class  tfrunner.ErrorClass
+		// inLog is in the rendered log tail of a run that runs tofu.
+		inLog string
 	}{
-		{"contract-b-apply-1", "node", map[string]string{"fail_with": "resource_unavailable: server type cx22 unavailable in fsn1"}, tfrunner.Capacity},
-		{"contract-c-apply-1", "undeclared-reference", nil, tfrunner.InvalidModule},
+		{"contract-b-apply-1", "node", map[string]string{"fail_with": "resource_unavailable: server type cx22 unavailable in fsn1"}, tfrunner.Capacity, "resource_unavailable"},
+		{"contract-c-apply-1", "undeclared-reference", nil, tfrunner.InvalidModule, "Reference to undeclared"},
 	}
 	for _, f := range failures {
 		t.Run(string(f.class), func(t *testing.T) {
 			t.Parallel()
 			e := c.NewExecutor(t)
 			req := c.request(t, e, f.name, f.module, filepath.Join(t.TempDir(), "state.tfstate"), f.params, Behaviour{Fail: f.class})
+			req.Labels = map[string]string{keys.LabelNodeClaimUID: "uid-" + f.name}
 			if err := e.Start(ctx, req); err != nil {
 				t.Fatal(err)
 			}
@@ -196,6 +199,7 @@ func ExecutorContract(t *testing.T, c Contract) {
 			if c.RequestExists(t, e, req.Name) {
 				t.Errorf("the request of failed run %s is still stored", req.Name)
 			}
+			checkLogTail(t, c, e, req, f.inLog)
 		})
 	}
 
@@ -416,6 +420,42 @@ func ExecutorContract(t *testing.T, c Contract) {
 			t.Errorf("status of an invalid name: %v", err)
 		}
 	})
+}
+
+// checkLogTail checks what a LogTailer reads back of a failed run: the end of its log, with
+// the diagnostic that failed it (naming inLog, for an executor that runs tofu), bounded; none
+// for another claim or an unknown run.
+func checkLogTail(t *testing.T, c Contract, e Executor, req tfrunner.Request, inLog string) {
+	t.Helper()
+	tailer, ok := e.(LogTailer)
+	if !ok {
+		t.Fatalf("%T is no LogTailer", e)
+	}
+	ctx := context.Background()
+	tail, err := tailer.LogTail(ctx, req.Name, req.Labels[keys.LabelNodeClaimUID])
+	if err != nil {
+		t.Fatalf("log tail of %s: %v", req.Name, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(tail), "\n"), "\n")
+	if len(lines) > tfrunner.LogTailLines || len(tail) > tfrunner.LogTailBytes {
+		t.Errorf("log tail of %s: %d lines, %d bytes", req.Name, len(lines), len(tail))
+	}
+	diagnostic := false
+	for _, l := range lines {
+		if d, ok := tfrunner.ParseDiagnostic([]byte(l)); ok && d.Severity == "error" {
+			diagnostic = true
+		}
+	}
+	rendered := tfrunner.RenderLog(tail)
+	if !diagnostic || c.runsTofu() && !strings.Contains(rendered, inLog) {
+		t.Errorf("log tail of %s has no error diagnostic naming %q:\n%s", req.Name, inLog, rendered)
+	}
+	if _, err := tailer.LogTail(ctx, req.Name, "uid-of-another-claim"); !errors.Is(err, ErrOtherClaimsRun) {
+		t.Errorf("log tail of %s for another claim: %v", req.Name, err)
+	}
+	if _, err := tailer.LogTail(ctx, "contract-nope-apply-1", ""); !errors.Is(err, ErrRunNotFound) {
+		t.Errorf("log tail of an unknown run: %v", err)
+	}
 }
 
 // readLockOwner reads who holds a local-backend state lock from its lock info file.

@@ -92,3 +92,13 @@ func CheckOwner(name string, labels map[string]string, claimUID string) error {
 	}
 	return fmt.Errorf("run %s: %w (claim uid %s, not %s)", name, ErrOtherClaimsRun, theirs, claimUID)
 }
+
+// LogTailer is an Executor that reads back the end of a run's log while its runner's record
+// lasts (a local run's folder; a runner Job until its TTL), so that the run's record can keep
+// why it failed after the runner is gone.
+type LogTailer interface {
+	// LogTail returns the last lines of the run's log (at most tfrunner.LogTailLines lines
+	// and tfrunner.LogTailBytes bytes), as the runner wrote them: redacted, tofu's `-json`
+	// messages. ErrRunNotFound when the run, or its log, is gone.
+	LogTail(ctx context.Context, name, claimUID string) ([]byte, error)
+}

@@ -40,6 +40,7 @@ func TestFakeExecutorContract(t *testing.T) {
 					o := fake.Outcome{Polls: 1, Hold: b.Hold, StopDelay: b.StopDelay}
 					if b.Fail != "" {
 						o.Error = &tfrunner.RunError{Class: b.Fail, Message: "the module failed with " + string(b.Fail)}
+						o.Log = `{"@level":"error","@message":"Error: ` + o.Error.Message + `","@module":"tofu.ui","type":"diagnostic","diagnostic":{"severity":"error","summary":"` + o.Error.Message + `"}}` + "\n"
 					}
 					e.(*fake.Executor).Script(req.Name, o)
 				},

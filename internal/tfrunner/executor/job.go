@@ -725,3 +725,35 @@ func runnersEnded(pods []*corev1.Pod) bool {
 	}
 	return true
 }
+
+// LogTail implements LogTailer: the end of the log of the run's newest runner pod, as
+// `kubectl logs --tail` reads it.
+func (e *Job) LogTail(ctx context.Context, name, claimUID string) ([]byte, error) {
+	if tfrunner.ValidateName(name) != nil {
+		return nil, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
+	}
+	job, err := e.statusJob(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckOwner(name, job.Labels, claimUID); err != nil {
+		return nil, err
+	}
+	pods, err := e.pods(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	if len(pods) == 0 {
+		return nil, fmt.Errorf("log of run %s: no runner pod: %w", name, ErrRunNotFound)
+	}
+	data, err := e.Client.CoreV1().Pods(e.Namespace).GetLogs(pods[0].Name, &corev1.PodLogOptions{
+		Container: runnerContainer, TailLines: ptr.To(int64(tfrunner.LogTailLines)), LimitBytes: ptr.To(int64(tfrunner.LogTailBytes)),
+	}).DoRaw(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("log of run %s: %w", name, ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading log of run %s (pod %s): %w", name, pods[0].Name, err)
+	}
+	return data, nil
+}

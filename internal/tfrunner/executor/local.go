@@ -470,3 +470,59 @@ func lastProgress(logPath string) string {
 	}
 	return ""
 }
+
+// LogTail implements LogTailer: the end of the run's run.log.
+func (e *Local) LogTail(_ context.Context, name, claimUID string) ([]byte, error) {
+	if tfrunner.ValidateName(name) != nil {
+		return nil, fmt.Errorf("run %q: %w", name, ErrRunNotFound)
+	}
+	dir := e.runDir(name)
+	if err := CheckOwner(name, readRunInfo(dir).Labels, claimUID); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, LogFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("log of run %s: %w", name, ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading log of run %s: %w", name, err)
+	}
+	defer func() { _ = f.Close() }()
+	cutStart := false
+	if info, err := f.Stat(); err == nil && info.Size() > tfrunner.LogTailBytes {
+		if _, err := f.Seek(-tfrunner.LogTailBytes, io.SeekEnd); err != nil {
+			return nil, fmt.Errorf("reading log of run %s: %w", name, err)
+		}
+		cutStart = true
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading log of run %s: %w", name, err)
+	}
+	return lastLines(data, tfrunner.LogTailLines, cutStart), nil
+}
+
+// lastLines is the last n lines of data; cutStart says data starts inside a line, which is
+// left out.
+func lastLines(data []byte, n int, cutStart bool) []byte {
+	if cutStart {
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			data = data[i+1:]
+		} else {
+			return nil
+		}
+	}
+	end := len(data)
+	if end > 0 && data[end-1] == '\n' {
+		end--
+	}
+	start := end
+	for count := 0; start > 0; start-- {
+		if data[start-1] == '\n' {
+			if count++; count == n {
+				break
+			}
+		}
+	}
+	return data[start:]
+}

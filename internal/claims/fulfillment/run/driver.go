@@ -99,6 +99,7 @@ func (d *Driver) Drive(ctx context.Context, c *Claim) (reconcile.Result, *tfrunn
 	if run.Phase == v1alpha1.RunSucceeded {
 		return reconcile.Result{}, st.Result, nil
 	}
+	d.Runs.keepLogTail(ctx, c, run)
 	res, err := d.failed(ctx, c, run)
 	return res, nil, err
 }
@@ -123,6 +124,9 @@ func (d *Driver) Stop(ctx context.Context, c *Claim) (*v1alpha1.Run, bool, error
 		return run, false, nil
 	}
 	d.Runs.finishRun(run, st)
+	if err == nil {
+		d.Runs.keepLogTail(ctx, c, run)
+	}
 	if run.Phase == v1alpha1.RunFailed && !c.Conds.IsTrue(d.Condition) {
 		c.Conds.SetFalse(d.Condition, run.ErrorClass, run.Message)
 	}

@@ -4,9 +4,11 @@
 package run
 
 import (
+	"context"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -82,6 +84,23 @@ func (r *Runs) finishRun(run *v1alpha1.Run, st executor.RunStatus) {
 			}
 		}
 	}
+}
+
+// keepLogTail keeps the end of a failed run's log in its record (Run.LogTail), when the
+// executor can read it back: why the run failed outlives its runner. A log that cannot be
+// read leaves a note saying so; it does not hold up the claim.
+func (r *Runs) keepLogTail(ctx context.Context, c *Claim, run *v1alpha1.Run) {
+	tailer, ok := r.executor.(executor.LogTailer)
+	if !ok || run.Phase != v1alpha1.RunFailed {
+		return
+	}
+	data, err := tailer.LogTail(ctx, run.Name, c.F.Spec.NodeClaimUID)
+	if err != nil {
+		log.FromContext(ctx).Info("the log of a failed run cannot be read", "run", run.Name, "error", err.Error())
+		run.LogTail = v1alpha1.ShortMessage("(the run's log could not be read: " + err.Error() + ")")
+		return
+	}
+	run.LogTail = tfrunner.Tail(tfrunner.RenderLog(data), tfrunner.MaxLogTail)
 }
 
 // maxBackoffFactor bounds the backoff: at most this many times the first wait (5 minutes

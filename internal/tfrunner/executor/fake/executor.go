@@ -47,6 +47,7 @@ type Executor struct {
 var (
 	_ executor.Executor       = (*Executor)(nil)
 	_ executor.LockAttributor = (*Executor)(nil)
+	_ executor.LogTailer      = (*Executor)(nil)
 )
 
 // New returns an executor whose runs take their times from clk (start, deadlines, how long a
@@ -77,6 +78,9 @@ type Outcome struct {
 	// StopDelay is how long, by the clock, a cancelled run reports RunStopping before it has
 	// ended.
 	StopDelay time.Duration
+	// Log is the run's log as its runner would write it (tofu's -json lines), what LogTail
+	// returns.
+	Log string
 }
 
 // Fails returns an outcome that fails with class and message.
@@ -88,9 +92,10 @@ func Fails(class tfrunner.ErrorClass, message string) Outcome {
 type Method string
 
 const (
-	MethodStart  Method = "Start"
-	MethodStatus Method = "Status"
-	MethodCancel Method = "Cancel"
+	MethodStart   Method = "Start"
+	MethodStatus  Method = "Status"
+	MethodCancel  Method = "Cancel"
+	MethodLogTail Method = "LogTail"
 )
 
 // Call is one call of the executor.
@@ -340,6 +345,29 @@ func (e *Executor) Cancel(_ context.Context, name, claimUID string) (err error) 
 		r.cancelled = &now
 	}
 	return nil
+}
+
+// LogTail implements executor.LogTailer: the run's scripted Log, while the executor knows the
+// run (Lose forgets it, as a deleted Job).
+func (e *Executor) LogTail(_ context.Context, name, claimUID string) (_ []byte, err error) {
+	defer func() { e.log(Call{Method: MethodLogTail, Run: name, ClaimUID: claimUID, Err: err}) }()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.runs[name]
+	op := tfrunner.Operation("")
+	if ok {
+		op = r.req.Operation
+	}
+	if err := e.injectedLocked(MethodLogTail, name, op); err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("run %s: %w", name, executor.ErrRunNotFound)
+	}
+	if err := executor.CheckOwner(name, r.req.Labels, claimUID); err != nil {
+		return nil, err
+	}
+	return []byte(r.outcome.Log), nil
 }
 
 // AttributeLock implements executor.LockAttributor as runner pods are attributed: a fake
