@@ -157,6 +157,27 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return nil, err
 	}
 
+	// The system namespaces appear a moment after /readyz; kubeadm writes into two of them.
+	if err := cp.waitFor(readyCtx, "namespaces kube-system and kube-public", func(ctx context.Context) (bool, error) {
+		for _, ns := range []string{metav1.NamespaceSystem, metav1.NamespacePublic} {
+			if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := cp.kubeadmInit(readyCtx, tools["kubeadm"], cs); err != nil {
+		return nil, err
+	}
+	// The CRDs are served before kube-controller-manager starts: its garbage collector reads
+	// the deletable resources at its start and then only every 30 s, and until it watches a
+	// resource a foreground deletion of its objects (a VM's DataVolumes) does not wait for
+	// their dependents, which it deletes later as orphans.
+	if err := installCRDs(readyCtx, cp.Config, opts.CRDs); err != nil {
+		return nil, err
+	}
 	kcm, err := cp.writeKubeconfig("controller-manager", p.ControllerMgr)
 	if err != nil {
 		return nil, err
@@ -183,23 +204,6 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return nil, err
 	}
 
-	// The system namespaces appear a moment after /readyz; kubeadm writes into two of them.
-	if err := cp.waitFor(readyCtx, "namespaces kube-system and kube-public", func(ctx context.Context) (bool, error) {
-		for _, ns := range []string{metav1.NamespaceSystem, metav1.NamespacePublic} {
-			if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := cp.kubeadmInit(readyCtx, tools["kubeadm"], cs); err != nil {
-		return nil, err
-	}
-	if err := installCRDs(readyCtx, cp.Config, opts.CRDs); err != nil {
-		return nil, err
-	}
 	// The service-account controller creating the default ServiceAccount shows that
 	// kube-controller-manager is connected and running its controllers.
 	if err := cp.waitFor(readyCtx, "kube-controller-manager", func(ctx context.Context) (bool, error) {

@@ -6,6 +6,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
 
@@ -25,11 +27,16 @@ func DefaultCRDs() []*apiextensionsv1.CustomResourceDefinition {
 	return append(append([]*apiextensionsv1.CustomResourceDefinition{}, karpenterapis.CRDs...), crds.CRDs()...)
 }
 
-// installCRDs creates (or updates) each CRD and waits until the API server serves it.
+// installCRDs creates (or updates) each CRD and waits until the API server serves it: the CRD
+// is established and API discovery lists its resource in every served version.
 func installCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) error {
 	client, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("building apiextensions client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building discovery client: %w", err)
 	}
 	api := client.ApiextensionsV1().CustomResourceDefinitions()
 	for _, crd := range crds {
@@ -61,6 +68,22 @@ func installCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.
 		})
 		if err != nil {
 			return fmt.Errorf("waiting for CRD %s to be established: %w", crd.Name, err)
+		}
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			gv := crd.Spec.Group + "/" + v.Name
+			err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				list, err := disc.ServerResourcesForGroupVersion(gv)
+				if err != nil {
+					return false, nil
+				}
+				return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == crd.Spec.Names.Plural }), nil
+			})
+			if err != nil {
+				return fmt.Errorf("waiting for API discovery to list %s in %s: %w", crd.Spec.Names.Plural, gv, err)
+			}
 		}
 	}
 	return nil
