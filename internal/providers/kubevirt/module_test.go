@@ -438,14 +438,15 @@ func TestModuleDataVolume(t *testing.T) {
 	}
 	key := types.NamespacedName{Namespace: in.namespace, Name: name}
 	vm := &virtv1.VirtualMachine{}
+	var lastErr error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, key, vm); err != nil {
-			return false, err
+		if lastErr = c.Get(ctx, key, vm); lastErr != nil {
+			return false, nil // an API server slow to answer: asked again
 		}
 		return vm.Status.PrintableStatus == virtv1.VirtualMachineStatusRunning, nil
 	})
 	if err != nil {
-		t.Fatalf("the VM did not run: %v; status %+v", err, vm.Status)
+		t.Fatalf("the VM did not run: %v (last read: %v); status %+v", err, lastErr, vm.Status)
 	}
 	dv := &cdiv1.DataVolume{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: in.namespace, Name: name + "-root"}, dv); err != nil || dv.Status.Phase != cdiv1.Succeeded {
