@@ -5,11 +5,18 @@ package e2e
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -123,5 +130,106 @@ func TestGitModulePinned(t *testing.T) {
 	})
 	if !strings.Contains(replacement.Spec.Module, "ref="+release) {
 		t.Errorf("the replacement recorded module %q, want commit %s", replacement.Spec.Module, release)
+	}
+}
+
+// typedDeployment is a workload for pool whose pods only a node of nodeType takes.
+func typedDeployment(name, pool, nodeType string) *appsv1.Deployment {
+	d := deployment(name, pool, 1, "500m")
+	d.Spec.Template.Spec.NodeSelector[corev1.LabelInstanceTypeStable] = nodeType
+	return d
+}
+
+// TestModuleSourcesAndChecks: sources that cannot be fetched or break the contract are class
+// conditions, and their classes buy nothing; a class's module from an HTTP archive and a node
+// type's own local module each build their type's nodes only; editing the local module
+// drifts its nodes and leaves the others.
+func TestModuleSourcesAndChecks(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Minute)
+	tr := trackFulfillments(t)
+
+	noOutput, withBackend, requiresVar := t.TempDir(), t.TempDir(), t.TempDir()
+	for dir, main := range map[string]string{
+		noOutput:    "variable \"node_name\" {\n  type = string\n}\n",
+		withBackend: "output \"provider_id\" {\n  value = \"sim://x\"\n}\n\nterraform {\n  backend \"s3\" {}\n}\n",
+		requiresVar: "output \"provider_id\" {\n  value = \"sim://x\"\n}\n\nvariable \"image\" {\n  type = string\n}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(main), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ name, source, reason, message string }{
+		{"e2e-unreachable", "git::file://" + filepath.Join(t.TempDir(), "gone.git") + "?ref=v1", v1alpha1.ReasonModuleNotFound, "gone.git"},
+		{"e2e-no-output", noOutput, v1alpha1.ReasonInvalidModule, "no output provider_id"},
+		{"e2e-backend", withBackend, v1alpha1.ReasonInvalidModule, `main.tf:6: the module keeps a backend "s3" block`},
+		{"e2e-required-var", requiresVar, v1alpha1.ReasonInvalidModule, `main.tf:5: variable "image" is required`},
+	} {
+		broken := nodeClass(tc.name, nodeType(tc.name+"-small", "0.01", nil))
+		broken.Spec.Module = v1alpha1.ModuleSource{Source: tc.source}
+		create(t, ctx, broken, nodePool(tc.name, tc.name), deployment(tc.name, tc.name, 1, "500m"))
+		defer cleanup(t, tc.name, tc.name, tc.name) // after the good class's: nothing to drain
+		cond := classCondition(t, ctx, tc.name, v1alpha1.ConditionModuleValid, metav1.ConditionFalse, tc.reason)
+		if !strings.Contains(cond.Message, tc.message) {
+			t.Errorf("%s: ModuleValid says %q, want %q", tc.name, cond.Message, tc.message)
+		}
+	}
+	// Their pods stay pending while the good class below launches nodes; at the end no
+	// Fulfillment of theirs was ever seen.
+	defer func() {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for _, f := range tr.seen {
+			if f.Spec.NodeClass != "e2e-modsrc" {
+				t.Errorf("class %s bought %s", f.Spec.NodeClass, f.Name)
+			}
+		}
+	}()
+
+	sim := filepath.Join(env.vars["MODULES"], "sim")
+	archive := filepath.Join(t.TempDir(), "sim.tar.gz")
+	if out, err := exec.Command("tar", "-czf", archive, "-C", sim, ".").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, out)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(archive))))
+	defer srv.Close()
+	local := t.TempDir()
+	if out, err := exec.Command("cp", "-r", sim+"/.", local).CombinedOutput(); err != nil {
+		t.Fatalf("copying modules/sim: %v\n%s", err, out)
+	}
+
+	class := nodeClass("e2e-modsrc", nodeType("archive-small", "0.01", nil), nodeType("local-large", "0.03", map[string]string{"cpu": "4"}))
+	class.Spec.Module = v1alpha1.ModuleSource{Source: srv.URL + "/sim.tar.gz"}
+	class.Spec.NodeTypes[1].Module = &v1alpha1.ModuleSource{Source: local}
+	startScenario(t, ctx, class, nodePool("e2e-modsrc", "e2e-modsrc"))
+	defer cleanup(t, "modsrc-archive", "e2e-modsrc", "e2e-modsrc")
+	create(t, ctx, typedDeployment("modsrc-archive", "e2e-modsrc", "archive-small"), typedDeployment("modsrc-local", "e2e-modsrc", "local-large"))
+	defer func() {
+		_ = env.kube.Delete(context.Background(), typedDeployment("modsrc-local", "e2e-modsrc", "local-large"))
+	}()
+	fromArchive, fromLocal := readyFulfillment(t, ctx, "archive-small"), readyFulfillment(t, ctx, "local-large")
+	if fromArchive.Spec.Module != class.Spec.Module.Source || fromLocal.Spec.Module != local {
+		t.Errorf("modules recorded: %q for archive-small, %q for local-large; want the class's and the type's own", fromArchive.Spec.Module, fromLocal.Spec.Module)
+	}
+	if fromArchive.Spec.ModuleDigest == "" || fromArchive.Spec.ModuleDigest != fromLocal.Spec.ModuleDigest {
+		t.Errorf("the same files gave digests %q and %q", fromArchive.Spec.ModuleDigest, fromLocal.Spec.ModuleDigest)
+	}
+
+	// An edit of the local module drifts the local-large node only: it is replaced.
+	if err := os.WriteFile(filepath.Join(local, "edited.tf"), []byte("# an edit of the module\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, 4*time.Minute, "the local-large node built before the edit to be replaced", func(ctx context.Context) (bool, error) {
+		if err := env.kube.Get(ctx, client.ObjectKey{Name: fromLocal.Name}, &v1alpha1.Fulfillment{}); client.IgnoreNotFound(err) != nil || err == nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		for _, f := range fulfillments(t, ctx) {
+			if f.Spec.NodeType == "local-large" && f.StatusConditions().Root().IsTrue() {
+				return f.Spec.ModuleDigest != fromLocal.Spec.ModuleDigest, nil
+			}
+		}
+		return false, nil
+	})
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: fromArchive.Name}, &v1alpha1.Fulfillment{}); err != nil {
+		t.Errorf("the archive-small node went with the edit of another type's module: %v", err)
 	}
 }
