@@ -52,6 +52,13 @@ type TofuNodeClassSpec struct {
 	Robot *RobotPool `json:"robot,omitempty"`
 	// Module is the OpenTofu module every node type uses unless it names its own.
 	Module ModuleSource `json:"module"`
+	// ErrorRules classify a generic module's failures (a class without a family; a family
+	// has its own rules): the first rule matching an error of a run gives its failure class,
+	// before the generic rules. An InsufficientCapacity failure marks the offering
+	// unavailable and Karpenter re-plans elsewhere, as for a family's capacity errors.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	ErrorRules []ErrorRule `json:"errorRules,omitempty"`
 	// Backend is where each claim's state lives and is locked. One state per NodeClaim.
 	// +optional
 	Backend Backend `json:"backend,omitempty"`
@@ -98,6 +105,24 @@ type ModuleSource struct {
 	// Version is recorded in the drift hash; change it to roll nodes onto a new module release.
 	// +optional
 	Version string `json:"version,omitempty"`
+}
+
+// ErrorRule maps an error of a generic module's runs to a failure class.
+// +kubebuilder:validation:XValidation:rule="has(self.code) != has(self.pattern)",message="set exactly one of code and pattern"
+type ErrorRule struct {
+	// Code is an error code the provider or the cloud API prints (resource_unavailable),
+	// matched as a whole word in an error diagnostic's summary and detail (for a local-exec
+	// provisioner, in what the command printed).
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Code string `json:"code,omitempty"`
+	// Pattern is an RE2 regular expression matched against the same text.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Pattern string `json:"pattern,omitempty"`
+	// Class is the failure class the run gets.
+	// +kubebuilder:validation:Enum=InsufficientCapacity;QuotaExceeded;InvalidCredentials;TransientError;InvalidModule
+	Class string `json:"class"`
 }
 
 // ModuleStatus is what a module source resolved to when the class last resolved it.

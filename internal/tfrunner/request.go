@@ -50,6 +50,9 @@ type Request struct {
 	// Family is the node-type family of the claim's class (empty: a generic module): its
 	// error rules classify the run's failures.
 	Family string `json:"family,omitempty"`
+	// ErrorRules are the class's own error rules, for a module without a family: they
+	// classify the run's failures before the generic rules.
+	ErrorRules []ErrorRule `json:"errorRules,omitempty"`
 	// ModuleDir is the node type's module (a local folder); it is copied, never changed.
 	ModuleDir string `json:"moduleDir,omitempty"`
 	// ModuleSource, instead of ModuleDir, is a remote module source (FetchModule): the run
@@ -147,6 +150,12 @@ func (r Request) Validate() error {
 	}
 	if r.Workspace != "" && !isWorkspaceName(r.Workspace) {
 		return fmt.Errorf("%w: invalid workspace name %q", ErrInvalidRequest, r.Workspace)
+	}
+	if len(r.ErrorRules) > 0 && r.Family != "" {
+		return fmt.Errorf("%w: error rules are for a module without a family; family %s has its own", ErrInvalidRequest, r.Family)
+	}
+	if _, err := CompileErrorRules(r.ErrorRules); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	if r.LockTimeout < 0 || r.Deadline < 0 {
 		return fmt.Errorf("%w: negative lock timeout or deadline", ErrInvalidRequest)

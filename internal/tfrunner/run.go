@@ -64,7 +64,11 @@ func Run(ctx context.Context, req Request, log io.Writer, rules RuleSet) Result 
 		err = fmt.Errorf("%w (%s)", ctx.Err(), message.Short(err.Error()))
 	}
 	out.flush()
-	res.Error = Classify(out.diagnostics(), err, rules.For(req.Family))
+	runRules := rules.For(req.Family)
+	if own, cerr := CompileErrorRules(req.ErrorRules); cerr == nil && own != nil {
+		runRules = own // a generic module's (Validate refuses them with a family)
+	}
+	res.Error = Classify(out.diagnostics(), err, runRules)
 	if res.Error != nil {
 		res.Error.Message = out.redact(res.Error.Message)
 		// The family asks its API with the credentials tofu had: the runner's TofuEnvPrefix

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // Family returns the family a class names; false for a generic class or a family this
@@ -46,4 +47,16 @@ func (p *Pools) Of(nc *v1alpha1.TofuNodeClass) (family.Pool, family.Scope, bool)
 	}
 	pool, ok := f.(family.Pool)
 	return pool, family.Scope{Class: nc, Reader: p.Reader, Writer: p.Writer, StateNamespace: p.StateNamespace}, ok
+}
+
+// ErrorRules are a class's error rules as the runner takes them (tfrunner.ErrorRule).
+func ErrorRules(rules []v1alpha1.ErrorRule) []tfrunner.ErrorRule {
+	if len(rules) == 0 {
+		return nil
+	}
+	out := make([]tfrunner.ErrorRule, len(rules))
+	for i, r := range rules {
+		out[i] = tfrunner.ErrorRule{Code: r.Code, Pattern: r.Pattern, Class: tfrunner.ErrorClass(r.Class)}
+	}
+	return out
 }

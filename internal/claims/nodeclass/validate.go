@@ -21,6 +21,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
 // fulfillerLabels are the labels the fulfiller sets on every node from the claim's decision
@@ -105,6 +106,12 @@ func validateSpec(spec *v1alpha1.TofuNodeClassSpec, families family.Registry) er
 	var errs []error
 	if !families.Knows(spec.Family) {
 		errs = append(errs, fmt.Errorf("family %s is not built into this controller (it knows %s)", spec.Family, strings.Join(families.Names(), ", ")))
+	}
+	if len(spec.ErrorRules) > 0 && spec.Family != "" {
+		errs = append(errs, fmt.Errorf("errorRules are for a class without a family; family %s classifies errors with its own rules", spec.Family))
+	}
+	if _, err := tfrunner.CompileErrorRules(classconfig.ErrorRules(spec.ErrorRules)); err != nil {
+		errs = append(errs, fmt.Errorf("errorRules: %w", err))
 	}
 	for _, nt := range spec.NodeTypes {
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {

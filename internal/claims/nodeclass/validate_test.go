@@ -118,3 +118,23 @@ func TestValidateSpecReservedKubeletArgs(t *testing.T) {
 		t.Errorf("validateSpec = %v, want the reserved arg and the bad cloud-config named", err)
 	}
 }
+
+func TestValidateErrorRules(t *testing.T) {
+	for _, tc := range []struct {
+		name, family, want string
+		rules              []v1alpha1.ErrorRule
+	}{
+		{name: "generic with a code", rules: []v1alpha1.ErrorRule{{Code: "sold_out", Class: "InsufficientCapacity"}}},
+		{name: "a bad pattern", rules: []v1alpha1.ErrorRule{{Pattern: "(", Class: "InsufficientCapacity"}}, want: "errorRules: error rule 0: pattern"},
+		{name: "with a family", family: v1alpha1.FamilySim, rules: []v1alpha1.ErrorRule{{Code: "x", Class: "QuotaExceeded"}}, want: "errorRules are for a class without a family"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := test.TwoTypeClass()
+			nc.Spec.Family, nc.Spec.ErrorRules = tc.family, tc.rules
+			err := validateSpec(&nc.Spec, nil)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("validateSpec = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -75,6 +75,7 @@ func (r *Runs) request(ctx context.Context, c *Claim, op tfrunner.Operation, att
 		Name:         Name(c.F, op, attempt),
 		Operation:    op,
 		Family:       familyName(c),
+		ErrorRules:   errorRules(c),
 		ModuleDir:    moduleDir(c.F.Spec.Module),
 		ModuleSource: moduleSource(c.F.Spec.Module),
 		ModuleDigest: c.F.Spec.ModuleDigest,
@@ -112,6 +113,15 @@ func moduleSource(module string) string {
 		return ""
 	}
 	return module
+}
+
+// errorRules are the class's own error rules, for a generic module (none when the class is
+// gone or has a family).
+func errorRules(c *Claim) []tfrunner.ErrorRule {
+	if c.Class == nil || c.Class.Spec.Family != "" {
+		return nil
+	}
+	return classconfig.ErrorRules(c.Class.Spec.ErrorRules)
 }
 
 // familyName is the node-type family of the claim's class, whose error rules classify its
