@@ -81,6 +81,14 @@ func hcloudClient(s *standin.StandIn) *hcloud.Client {
 		hcloud.WithPollOpts(hcloud.PollOpts{BackoffFunc: hcloud.ConstantBackoff(50 * time.Millisecond)}))
 }
 
+// machineTestBudget bounds a test whose server's machine joins. It is longer than the
+// machine's own bounds of a join, kubeadm's (token discovery and TLS bootstrap, 5 minutes
+// each), so that a machine stuck in a stage of its join (cluster-info never signed for its
+// token, a CSR never approved) reports its join failed, which ends waitForNode with the
+// machine's log naming the stage, before the test's deadline cuts the wait short without
+// a word. A machine that joins takes seconds.
+const machineTestBudget = 2*sim.DefaultDiscoveryTimeout + 5*time.Minute
+
 // waitForNode waits until the Node cond accepts is there. A machine of the stand-in that
 // reports its join failed ends the wait at once; any failure shows the machines' logs
 // (startStandIn), so that a Node that never registers says where its machine stopped.
@@ -126,7 +134,7 @@ func output(t *testing.T, res tfrunner.Result, name string, into any) {
 // hcloud://<id>; destroy deletes the server and powers off its machine.
 func TestModule(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), machineTestBudget)
 	defer cancel()
 	s, machines := startStandIn(t, standin.Options{})
 	c := hcloudClient(s)
@@ -256,7 +264,7 @@ func calls(reqs []standin.Request) string {
 // subnet_id attaches a server to that subnet of a network with several.
 func TestModulePrivateNetworks(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), machineTestBudget)
 	defer cancel()
 	s, machines := startStandIn(t, standin.Options{})
 	c := hcloudClient(s)
@@ -362,7 +370,7 @@ func TestModulePrivateNetworks(t *testing.T) {
 // ordered.
 func TestModuleImageSelector(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), machineTestBudget)
 	defer cancel()
 	catalog := standin.DefaultCatalog()
 	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
