@@ -51,8 +51,13 @@ type moduleRead struct {
 	read      time.Time
 	failure   error
 	attempted time.Time
-	fetchDir  string // the fetch good.Dir is in ("" for a local source)
+	fetchDir  string    // the fetch good.Dir is in ("" for a local source)
+	used      time.Time // when a class last asked for it
 }
+
+// forgetAfter is how long a resolution no class asks for is kept (with its fetch) after
+// the last ask, in refresh intervals: a class that changed its source leaves no fetch behind.
+const forgetAfter = 3
 
 func newModuleResolver(clk clock.Clock, tofu, dir string, refresh time.Duration) *moduleResolver {
 	if refresh <= 0 {
@@ -73,11 +78,20 @@ func (r *moduleResolver) resolve(ctx context.Context, source string, env map[str
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now()
+	for k, old := range r.reads {
+		if k != key && now.Sub(old.used) > forgetAfter*r.refresh {
+			if old.fetchDir != "" {
+				_ = os.RemoveAll(old.fetchDir)
+			}
+			delete(r.reads, k)
+		}
+	}
 	rd := r.reads[key]
 	if rd == nil {
 		rd = &moduleRead{}
 		r.reads[key] = rd
 	}
+	rd.used = now
 	switch {
 	case rd.good != nil && now.Sub(rd.read) < r.refresh:
 		return rd.good, rd.read, nil

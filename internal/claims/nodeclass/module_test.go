@@ -95,6 +95,27 @@ func TestModuleCheckResolvesGitSources(t *testing.T) {
 	if st3.Commit != second || st3.Digest == st.Digest {
 		t.Errorf("after the refresh interval the class resolved %+v, want commit %s with other content", st3, second)
 	}
+
+	// The class moves to another ref: the old source's fetch is removed once no class has
+	// asked for it for a while.
+	fetches := func() int {
+		entries, _ := os.ReadDir(c.modules.dir)
+		return len(entries)
+	}
+	if n := fetches(); n != 1 {
+		t.Errorf("%d fetches kept for one source, want 1", n)
+	}
+	other := repo.WriteFile("node/other.tf", "# v2\n", "v2")
+	got = reconcileClass(t, c, kube, nc)
+	got.Spec.Module.Source = "git::" + strings.TrimPrefix(strings.TrimSuffix(source, "//node?ref=v1"), "git::") + "//node?ref=v2"
+	test.ExpectApplied(t, kube, got)
+	clk.Step(31 * time.Minute)
+	if st4, _ := reconcileClass(t, c, kube, got).ModuleStatusFor(got.Spec.Module.Source); st4 == nil || st4.Commit != other {
+		t.Errorf("the new ref resolved to %+v, want %s", st4, other)
+	}
+	if n := fetches(); n != 1 {
+		t.Errorf("%d fetches kept after the class left its old source, want 1", n)
+	}
 }
 
 // A source that cannot be fetched, and a fetched module that breaks the contract, fail
