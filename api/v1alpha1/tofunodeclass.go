@@ -96,7 +96,7 @@ type ModuleSource struct {
 	// runners'), or any remote source OpenTofu accepts in a module block, fetched by tofu
 	// itself (`tofu get`) with the class's credentials as its environment: a git repository
 	// (git::https://host/org/repo.git//subdir?ref=v1.2.0, git::ssh://...), an HTTP(S)
-	// archive. The class resolves it (status.modules: a git ref's commit, the content's
+	// archive, an OCI module package (oci://registry/repository?tag=v1.2.0). The class resolves it (status.modules: a git ref's commit, the content's
 	// digest) and checks the module contract before any machine is bought; each claim
 	// records what it resolved to and every run of the claim, its destroy included, uses
 	// exactly that.
