@@ -182,6 +182,8 @@ type machine struct {
 	faultsMu   sync.Mutex
 	faults     int
 	packageOps int
+	// injected holds the node conditions of ConditionsFile.
+	injected injected
 }
 
 // run is the machine's life, one stage after the other.
@@ -210,6 +212,10 @@ func (m *machine) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pods := newPodLoop(m)
+	done := make(chan struct{})
+	go func() { defer close(done); pods.run(ctx) }()
+	defer func() { <-done }()
 	return m.heartbeat(ctx, node)
 }
 

@@ -47,6 +47,7 @@ func (m *machine) register(ctx context.Context) (*corev1.Node, error) {
 	nodes := m.client.CoreV1().Nodes()
 	m.bootID = randomHex(16)
 	m.registered = time.Now()
+	m.refreshInjected()
 	want := m.nodeObject()
 	var node *corev1.Node
 	err := retryTransient(ctx, func(ctx context.Context) error {
@@ -214,6 +215,7 @@ func (m *machine) conditions(now metav1.Time, current []corev1.NodeCondition) []
 			want = append(want, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue, Reason: "NoRouteCreated", Message: "network plugin is not running"})
 		}
 	}
+	want = m.applyInjected(want)
 	for i := range want {
 		want[i].LastHeartbeatTime = now
 		want[i].LastTransitionTime = now
@@ -278,7 +280,8 @@ func (m *machine) heartbeat(ctx context.Context, node *corev1.Node) error {
 		if err := m.renewLease(ctx, node); err != nil && ctx.Err() == nil {
 			m.log.printf("renewing Lease: %v", err)
 		}
-		if beat%statusEvery != 0 {
+		// An injected condition is reported at once, as the kubelet reports a change.
+		if changed := m.refreshInjected(); beat%statusEvery != 0 && !changed {
 			continue
 		}
 		current, err := m.client.CoreV1().Nodes().Get(ctx, m.nodeName, metav1.GetOptions{})
