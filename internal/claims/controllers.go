@@ -10,13 +10,17 @@ import (
 	"time"
 
 	"github.com/awslabs/operatorpkg/controller"
+	"github.com/awslabs/operatorpkg/status"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/karpenter/pkg/events"
 
+	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
@@ -33,6 +37,9 @@ type Options struct {
 	APIReader client.Reader
 	Clock     clock.Clock
 	Recorder  events.Recorder
+	// ConditionRecorder records the events of the status-condition controllers (operatorpkg's,
+	// as Karpenter core's NodeClaim and NodePool have); nil: none run.
+	ConditionRecorder record.EventRecorder
 	// RESTConfig is the API server the join preflight probes for bootstrap token
 	// authentication (nil: no probe).
 	RESTConfig *rest.Config
@@ -99,7 +106,7 @@ func NewControllers(o Options) []controller.Controller {
 	case *executor.Job:
 		e.OnEnd = fulfillments.RunEnded // reported once its cache runs (StartCache)
 	}
-	return []controller.Controller{
+	ours := []controller.Controller{
 		nodeclass.NewController(nodeclass.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder,
 			SecretNamespace: o.Namespace, Families: o.Families, Cluster: o.ClusterName, TokenAuthProbe: o.RESTConfig,
 			TofuPath: o.TofuPath, ModuleDir: o.ModuleDir, ModuleRefresh: o.ModuleRefresh}),
@@ -111,6 +118,25 @@ func NewControllers(o Options) []controller.Controller {
 		pool.NewKeeper(pool.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families,
 			SecretNamespace: o.Namespace, StateNamespace: o.StateNamespace, Cluster: o.ClusterName, Interval: o.PoolKeeperInterval}),
 		fulfillments,
+	}
+	if o.ConditionRecorder != nil {
+		ours = append(ours, conditionControllers(o)...)
+	}
+	return ours
+}
+
+// conditionControllers are operatorpkg's status-condition controllers of the fulfiller's
+// types, as Karpenter core runs them for NodeClaims and NodePools: per condition of each
+// object a count and the seconds in its current status, transitions counted and timed, time
+// to terminate, and an event on each transition. A Fulfillment's transitions and durations
+// carry its NodePool, class and node type (bounded by the catalogues); the per-object gauges
+// carry its name, as Karpenter's NodeClaim ones do, and go with the object.
+func conditionControllers(o Options) []controller.Controller {
+	buckets := status.WithHistogramBuckets(prometheus.ExponentialBuckets(0.5, 2, 15)) // Karpenter's: 0.5 s … 8192 s
+	return []controller.Controller{
+		status.NewController[*v1alpha1.TofuNodeClass](o.Kube, o.ConditionRecorder, buckets),
+		status.NewController[*v1alpha1.Fulfillment](o.Kube, o.ConditionRecorder, buckets,
+			status.WithFields(map[string]string{"nodepool": ".spec.nodePool", "class": ".spec.nodeClass", "instance_type": ".spec.nodeType"})),
 	}
 }
 

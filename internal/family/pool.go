@@ -52,7 +52,22 @@ type PoolReport struct {
 	Healthy         bool
 	Reason, Message string
 	Events          []PoolEvent
+	// Machines counts the pool's machines by state (PoolFree, PoolStandby, PoolLeased,
+	// PoolQuarantined); nil when the pool could not be read.
+	Machines map[string]int
 }
+
+// States of a pool's machines in PoolReport.Machines.
+const (
+	// PoolFree: in the pool, not leased, not ready to be activated at once (to be installed).
+	PoolFree = "free"
+	// PoolStandby: installed ahead of need, ready to be activated at once (warm).
+	PoolStandby = "standby"
+	// PoolLeased: leased to a claim.
+	PoolLeased = "leased"
+	// PoolQuarantined: taken out of service after failures, until a person clears it.
+	PoolQuarantined = "quarantined"
+)
 
 // PoolEvent is an event on the class (a machine quarantined).
 type PoolEvent struct {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/samber/lo"
 	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
@@ -51,12 +52,14 @@ func Run(families family.Registry) {
 		lo.Must0(ensurePassphrase(ctx, kubernetes.NewForConfigOrDie(op.GetConfig()), opts))
 	}
 	apiBudgets := executor.NewAPIBudgets(op.Clock, families.APIDemands)
+	crmetrics.Registry.MustRegister(apiBudgets) // fulfiller_api_budget_requests_left and _limit
 	runs, tofu, runEnv := newExecutor(ctx, op, opts, families, apiBudgets)
 	o := claims.Options{
 		Kube:                op.GetClient(),
 		APIReader:           op.Manager.GetAPIReader(),
 		Clock:               op.Clock,
 		Recorder:            op.EventRecorder,
+		ConditionRecorder:   op.Manager.GetEventRecorderFor("fulfiller"), //nolint:staticcheck // SA1019: operatorpkg's status controller takes a record.EventRecorder
 		RESTConfig:          op.GetConfig(),
 		Executor:            runs,
 		Unavailable:         cloudprovider.NewUnavailableOfferings(op.Clock, cloudprovider.UnavailableOfferingsTTL),

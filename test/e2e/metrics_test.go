@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -12,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/devenv"
@@ -118,9 +122,53 @@ func assertBurstMetrics(t *testing.T, ffs []v1alpha1.Fulfillment) {
 	if n != 1 || math.Abs(karpenter-price) > 1e-6 {
 		t.Errorf("karpenter_nodepools_cost_total of %s = %v (%d series), fulfiller_nodeclaim_hourly_cost sums to %v", ffs[0].Spec.NodePool, karpenter, n, price)
 	}
+	assertConditionMetrics(t, ffs)
 	out := kubectl(t, "get", "fulfillments")
 	if !strings.Contains(out, "PRICE") || !strings.Contains(out, ffs[0].Spec.Price) {
 		t.Errorf("kubectl get fulfillments does not show the price %s:\n%s", ffs[0].Spec.Price, out)
+	}
+}
+
+// assertConditionMetrics checks the status-condition metrics and events of the Ready claims
+// of one class and of the class (operatorpkg's status controllers): each claim's Ready=True
+// counted once, as many Ready transitions to True as claims, the class Ready, and an event
+// for a claim's Ready transition. The status controllers watch what the Fulfillment
+// controller wrote; the metrics are scraped until they have seen it.
+func assertConditionMetrics(t *testing.T, ffs []v1alpha1.Fulfillment) {
+	t.Helper()
+	class := ffs[0].Spec.NodeClass
+	var problems []string
+	err := devenv.Poll(context.Background(), time.Minute, time.Second, "the status-condition metrics of class "+class, func(ctx context.Context) (bool, error) {
+		m := scrape(t)
+		problems = nil
+		for _, f := range ffs {
+			if got, n := sumOf(m, "operator_fulfillment_status_condition_count", fmt.Sprintf(`name=%q`, f.Name), `type="Ready"`, `status="True"`); got != 1 || n != 1 {
+				problems = append(problems, fmt.Sprintf("operator_fulfillment_status_condition_count{name=%s,type=Ready,status=True} = %v (%d series), want 1", f.Name, got, n))
+			}
+		}
+		if got, _ := sumOf(m, "operator_fulfillment_status_condition_transitions_total", fmt.Sprintf(`class=%q`, class), `type="Ready"`, `status="True"`); got != float64(len(ffs)) {
+			problems = append(problems, fmt.Sprintf("operator_fulfillment_status_condition_transitions_total{class=%s,type=Ready,status=True} = %v, want %d", class, got, len(ffs)))
+		}
+		if got, _ := sumOf(m, "operator_tofunodeclass_status_condition_count", fmt.Sprintf(`name=%q`, class), `type="Ready"`, `status="True"`); got != 1 {
+			problems = append(problems, fmt.Sprintf("operator_tofunodeclass_status_condition_count{name=%s,type=Ready,status=True} = %v, want 1", class, got))
+		}
+		events, err := clientset(t).CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Fulfillment,reason=Ready"})
+		if err != nil {
+			return false, err
+		}
+		transitioned := false
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == ffs[0].Name && strings.Contains(e.Message, "Type: Ready, Status: Unknown -> True") {
+				transitioned = true
+			}
+		}
+		if !transitioned {
+			problems = append(problems, "no event of "+ffs[0].Name+"'s Ready transition to True")
+		}
+		return len(problems) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("%v:\n%s", err, strings.Join(problems, "\n"))
 	}
 }
 
@@ -140,5 +188,11 @@ func assertDestroyMetrics(t *testing.T, class string, claims int) {
 	}
 	if _, n := sumOf(m, "fulfiller_nodeclaims", inClass); n != 0 {
 		t.Errorf("fulfiller_nodeclaims still has %d series of class %s after every claim is gone", n, class)
+	}
+	if got, _ := sumOf(m, "operator_fulfillment_termination_duration_seconds_count", inClass); got != float64(claims) {
+		t.Errorf("operator_fulfillment_termination_duration_seconds_count{class=%s} = %v, want %d", class, got, claims)
+	}
+	if _, n := sumOf(m, "operator_fulfillment_status_condition_count", inClass); n != 0 {
+		t.Errorf("operator_fulfillment_status_condition_count still has %d series of class %s after every claim is gone", n, class)
 	}
 }

@@ -33,6 +33,9 @@ var (
 	runsInFlightDesc = prometheus.NewDesc("fulfiller_runs_in_flight",
 		"Tofu runs running now, by operation.",
 		labelNames("operation"), nil)
+	waitingDesc = prometheus.NewDesc("fulfiller_nodeclaims_waiting",
+		"Claims whose apply has not started, by what they wait for (the Pending phase's reason: WaitingForRunner, WaitingForAPIBudget, StateLocked, ...).",
+		labelNames("reason"), nil)
 )
 
 // inventory is the collector of the gauges above. The process's one Fulfillment controller
@@ -51,7 +54,7 @@ var claimInventory = &inventory{}
 func init() { crmetrics.Registry.MustRegister(claimInventory) }
 
 func (i *inventory) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{claimsDesc, hourlyCostDesc, accruedCostDesc, runsInFlightDesc} {
+	for _, d := range []*prometheus.Desc{claimsDesc, hourlyCostDesc, accruedCostDesc, runsInFlightDesc, waitingDesc} {
 		ch <- d
 	}
 }
@@ -106,6 +109,9 @@ func inventorySamples(fs []v1alpha1.Fulfillment, families map[string]string, now
 	for i := range fs {
 		f := &fs[i]
 		add(claimsDesc, f, f.Status.Phase, 1)
+		if f.Status.Phase == v1alpha1.PhasePending {
+			add(waitingDesc, f, f.Status.Reason, 1)
+		}
 		price, err := strconv.ParseFloat(f.Spec.Price, 64)
 		if err != nil {
 			price = 0
@@ -125,7 +131,7 @@ func inventorySamples(fs []v1alpha1.Fulfillment, families map[string]string, now
 	out := make([]inventorySample, 0, len(order))
 	for _, k := range order {
 		n := len(claimLabelNames)
-		if k.desc == claimsDesc || k.desc == runsInFlightDesc {
+		if k.desc == claimsDesc || k.desc == runsInFlightDesc || k.desc == waitingDesc {
 			n++
 		}
 		out = append(out, inventorySample{desc: k.desc, values: append([]string{}, k.labels[:n]...), value: sums[k]})

@@ -99,6 +99,7 @@ func (c *Controller) catalogCheck(ctx context.Context, nc *v1alpha1.TofuNodeClas
 		if err == nil && len(all) == 0 {
 			err = errors.New("the catalogue is empty")
 		}
+		catalogReadsTotal.WithLabelValues(nc.Name, nc.Spec.Family, catalogResult(err)).Inc()
 		if err != nil {
 			read.failure = err
 		} else {

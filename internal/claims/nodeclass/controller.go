@@ -97,6 +97,9 @@ func NewController(o Options) *Controller {
 	c := &Controller{kube: o.Kube, clock: o.Clock, recorder: o.Recorder, apiReader: o.APIReader, secretNamespace: o.SecretNamespace,
 		families: o.Families, cluster: o.Cluster, credentialChecks: newVerdictCache(o.Clock), catalogs: newCatalogReads(),
 		modules: newModuleResolver(o.Clock, o.TofuPath, o.ModuleDir, o.ModuleRefresh)}
+	if o.Kube != nil {
+		gauges.source.Store(&classSource{kube: o.Kube, clock: o.Clock})
+	}
 	c.preflight = func(ctx context.Context) (*preflight.Failure, error) {
 		return preflight.Check(ctx, o.Kube, o.APIReader)
 	}

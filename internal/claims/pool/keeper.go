@@ -86,29 +86,39 @@ func (k *Keeper) KeepAll(ctx context.Context) error {
 		return fmt.Errorf("listing nodeclasses: %w", err)
 	}
 	var errs []error
+	counts := map[string]classMachines{}
 	for i := range list.Items {
-		if err := k.keep(ctx, &list.Items[i]); err != nil {
-			errs = append(errs, fmt.Errorf("nodeclass %s: %w", list.Items[i].Name, err))
+		nc := &list.Items[i]
+		machines, err := k.keep(ctx, nc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nodeclass %s: %w", nc.Name, err))
+			machines = poolMachines.last(nc.Name) // what the last round found stands
+		}
+		if machines != nil {
+			counts[nc.Name] = classMachines{family: nc.Spec.Family, states: machines}
 		}
 	}
+	poolMachines.set(counts)
 	return errors.Join(errs...)
 }
 
-func (k *Keeper) keep(ctx context.Context, nc *v1alpha1.TofuNodeClass) error {
+// keep keeps one class's pool and returns its machines by state (nil: it has no pool, or
+// they could not be counted).
+func (k *Keeper) keep(ctx context.Context, nc *v1alpha1.TofuNodeClass) (map[string]int, error) {
 	pool, scope, ok := k.pools.Of(nc)
 	if !ok || !nc.DeletionTimestamp.IsZero() {
-		return nil
+		return nil, nil
 	}
 	var report family.PoolReport
 	env, err := classconfig.ReadCredentials(ctx, k.pools.Reader, k.secretNamespace, nc.Spec.Credentials)
 	if ce, ok := classconfig.AsConfigError(err); ok {
 		report = family.PoolReport{Reason: v1alpha1.ReasonPoolUnchecked, Message: "waiting for the credentials: " + ce.Message}
 	} else if err != nil {
-		return err
+		return nil, err
 	} else {
 		scope.Env, scope.Cluster = env, k.cluster
 		if report, err = pool.Keep(ctx, scope, k.live); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	updated := nc.DeepCopy()
@@ -125,7 +135,7 @@ func (k *Keeper) keep(ctx context.Context, nc *v1alpha1.TofuNodeClass) error {
 	if !equality.Semantic.DeepEqual(nc.Status, updated.Status) {
 		err := k.kube.Status().Patch(ctx, updated, client.MergeFromWithOptions(nc, client.MergeFromWithOptimisticLock{}))
 		if err != nil && !apierrors.IsConflict(err) { // a conflict: the next round writes it
-			return fmt.Errorf("writing nodeclass status: %w", err)
+			return nil, fmt.Errorf("writing nodeclass status: %w", err)
 		}
 	}
 	for _, e := range report.Events {
@@ -136,7 +146,7 @@ func (k *Keeper) keep(ctx context.Context, nc *v1alpha1.TofuNodeClass) error {
 		k.recorder.Publish(classconfig.ShortenEvents([]events.Event{{InvolvedObject: updated, Type: eventType, Reason: e.Reason, Message: e.Message,
 			DedupeValues: []string{string(nc.UID), e.Message}}})...)
 	}
-	return nil
+	return report.Machines, nil
 }
 
 // live reports whether a claim exists: its Fulfillment, or (between a lease and the

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -64,9 +65,32 @@ func TestPoolKeeper(t *testing.T) {
 		t.Errorf("the lease of a live claim was released")
 	}
 
-	pool.Report = family.PoolReport{Healthy: true, Reason: v1alpha1.ReasonPoolHealthy, Message: "2 servers"}
+	pool.Report = family.PoolReport{Healthy: true, Reason: v1alpha1.ReasonPoolHealthy, Message: "2 servers",
+		Machines: map[string]int{family.PoolFree: 0, family.PoolStandby: 1, family.PoolLeased: 1, family.PoolQuarantined: 0}}
 	if err := k.KeepAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	test.ExpectCondition(t, test.ExpectExists(t, kube, test.NodeClass("sim")), v1alpha1.ConditionPoolReady, metav1.ConditionTrue, v1alpha1.ReasonPoolHealthy)
+	// The pool's machines by state, as the last round counted them; none once the class is gone.
+	const help = `
+# HELP fulfiller_pool_machines Machines of a class's finite pool (Hetzner Robot servers) by state: free (to be installed), standby (installed ahead of need), leased (to a claim), quarantined (out of service until cleared); as the keeper found them in its last round.
+# TYPE fulfiller_pool_machines gauge
+`
+	want := help + `fulfiller_pool_machines{class="sim",family="fakepool",state="free"} 0
+fulfiller_pool_machines{class="sim",family="fakepool",state="leased"} 1
+fulfiller_pool_machines{class="sim",family="fakepool",state="quarantined"} 0
+fulfiller_pool_machines{class="sim",family="fakepool",state="standby"} 1
+`
+	if err := testutil.CollectAndCompare(poolMachines, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if err := kube.Delete(ctx, test.NodeClass("sim")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.KeepAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(poolMachines); n != 0 {
+		t.Errorf("%d series of fulfiller_pool_machines after the class is gone", n)
+	}
 }

@@ -653,7 +653,7 @@ func (f *Family) report(s family.Scope, mine []statelock.Item, problems []string
 			warmOnly = append(warmOnly, nt.Name)
 		}
 	}
-	r := family.PoolReport{Healthy: true, Reason: v1alpha1.ReasonPoolHealthy, Events: events,
+	r := family.PoolReport{Healthy: true, Reason: v1alpha1.ReasonPoolHealthy, Events: events, Machines: machineStates(mine),
 		Message: fmt.Sprintf("%d servers; every type is offered warm and cold", len(mine))}
 	switch {
 	case len(problems) > 0:
@@ -666,6 +666,24 @@ func (f *Family) report(s family.Scope, mine []statelock.Item, problems []string
 			strings.Join(warmOnly, ", "), s.Class.Spec.Robot.ColdActivationOrDefault().Duration, v1alpha1.RegistrationWindow)
 	}
 	return r
+}
+
+// machineStates counts the pool's servers by state (family.PoolReport.Machines).
+func machineStates(mine []statelock.Item) map[string]int {
+	out := map[string]int{family.PoolFree: 0, family.PoolStandby: 0, family.PoolLeased: 0, family.PoolQuarantined: 0}
+	for _, it := range mine {
+		switch {
+		case it.Quarantined():
+			out[family.PoolQuarantined]++
+		case it.Leased() && !isKeeperHolder(it.Holder):
+			out[family.PoolLeased]++
+		case !it.Leased() && it.Attributes[AttrState] == StateStandby:
+			out[family.PoolStandby]++
+		default: // fresh, or being installed ahead of need
+			out[family.PoolFree]++
+		}
+	}
+	return out
 }
 
 func ignoreNotHolder(err error) error {

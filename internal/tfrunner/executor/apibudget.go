@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
@@ -45,6 +46,9 @@ type APIBudgets struct {
 type apiBucket struct {
 	left float64
 	at   time.Time
+	// limit and per are the cloud's, as the last demand on the budget said.
+	limit int
+	per   time.Duration
 }
 
 // NewAPIBudgets returns budgets with the demands of runs.
@@ -62,11 +66,17 @@ func (a *APIBudgets) bucket(d APIDemand, now time.Time) *apiBucket {
 		b = &apiBucket{left: float64(d.Limit), at: now}
 		a.left[d.Budget] = b
 	}
+	b.limit, b.per = d.Limit, d.Per
+	b.refill(now)
+	return b
+}
+
+// refill adds what the budget regained since it was last looked at.
+func (b *apiBucket) refill(now time.Time) {
 	if now.After(b.at) {
-		b.left = min(float64(d.Limit), b.left+now.Sub(b.at).Seconds()*d.rate())
+		b.left = min(float64(b.limit), b.left+now.Sub(b.at).Seconds()*float64(b.limit)/b.per.Seconds())
 		b.at = now
 	}
-	return b
 }
 
 // rate is the requests the budget regains per second.
@@ -134,6 +144,36 @@ func (a *APIBudgets) Spend(req tfrunner.Request) {
 	for _, d := range a.demands(req) {
 		b := a.bucket(d, now)
 		b.left = max(0, b.left-d.need())
+	}
+}
+
+var (
+	budgetLeftDesc = prometheus.NewDesc("fulfiller_api_budget_requests_left",
+		"Requests the fulfiller's runs may still make against a cloud API's rate limit (its own estimate: other clients of the same credentials are not seen), by budget: a family's name for it, a Hetzner Cloud project by a hash of its token, never the token.",
+		[]string{"budget"}, nil)
+	budgetLimitDesc = prometheus.NewDesc("fulfiller_api_budget_requests_limit",
+		"The cloud API's rate limit of a budget: requests per its period, which refill evenly.",
+		[]string{"budget", "period"}, nil)
+)
+
+var _ prometheus.Collector = (*APIBudgets)(nil)
+
+// Describe implements prometheus.Collector.
+func (a *APIBudgets) Describe(ch chan<- *prometheus.Desc) {
+	ch <- budgetLeftDesc
+	ch <- budgetLimitDesc
+}
+
+// Collect implements prometheus.Collector: each budget a run or a request has drawn on, as
+// it is now.
+func (a *APIBudgets) Collect(ch chan<- prometheus.Metric) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.Clock.Now()
+	for name, b := range a.left {
+		b.refill(now)
+		ch <- prometheus.MustNewConstMetric(budgetLeftDesc, prometheus.GaugeValue, b.left, name)
+		ch <- prometheus.MustNewConstMetric(budgetLimitDesc, prometheus.GaugeValue, float64(b.limit), name, per(b.per))
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
@@ -115,5 +117,25 @@ func TestAPIBudgetsTakeRequestsOutsideRuns(t *testing.T) {
 	clk.Step(10 * time.Second)
 	if err := budgets.Admit(context.Background(), tfrunner.Request{Name: "a-apply-1", Operation: tfrunner.Apply}, Load{}); err != nil {
 		t.Errorf("after the refill: %v", err)
+	}
+}
+
+// TestAPIBudgetsMetrics: the gauges show each budget drawn on as it is at the scrape, refilled
+// by the clock, with its limit.
+func TestAPIBudgetsMetrics(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	budgets := NewAPIBudgets(clk, nil)
+	budgets.Take(APIDemand{Budget: "the Hetzner Cloud project of token 0a1b2c3d", Limit: 3600, Per: time.Hour, Requests: 1000})
+	clk.Step(100 * time.Second)
+	want := `
+# HELP fulfiller_api_budget_requests_left Requests the fulfiller's runs may still make against a cloud API's rate limit (its own estimate: other clients of the same credentials are not seen), by budget: a family's name for it, a Hetzner Cloud project by a hash of its token, never the token.
+# TYPE fulfiller_api_budget_requests_left gauge
+fulfiller_api_budget_requests_left{budget="the Hetzner Cloud project of token 0a1b2c3d"} 2700
+# HELP fulfiller_api_budget_requests_limit The cloud API's rate limit of a budget: requests per its period, which refill evenly.
+# TYPE fulfiller_api_budget_requests_limit gauge
+fulfiller_api_budget_requests_limit{budget="the Hetzner Cloud project of token 0a1b2c3d",period="hour"} 3600
+`
+	if err := testutil.CollectAndCompare(budgets, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
