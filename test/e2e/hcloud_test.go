@@ -513,6 +513,23 @@ func TestHcloudOrphansAndPrices(t *testing.T) {
 	if took > time.Minute+15*time.Second {
 		t.Errorf("cx23's new price reached the class %s after it was raised, want within one refresh interval (1m)", took)
 	}
+	// The catalogue's reads and age, and the project's API budget the runs and reads drew on.
+	m := scrape(t)
+	inPriceClass := fmt.Sprintf(`class=%q`, priceClass)
+	if reads, _ := sumOf(m, "fulfiller_catalog_reads_total", inPriceClass, `family="hcloud"`, `result="Succeeded"`); reads < 2 {
+		t.Errorf("fulfiller_catalog_reads_total{class=%s,result=Succeeded} = %v, want at least 2 (the first read and the one that saw the new price)", priceClass, reads)
+	}
+	if age, n := sumOf(m, "fulfiller_catalog_age_seconds", inPriceClass, `family="hcloud"`); n != 1 || age > 2*60 {
+		t.Errorf("fulfiller_catalog_age_seconds{class=%s} = %v (%d series), want one below twice the refresh interval (1m)", priceClass, age, n)
+	}
+	// (One series per project: each test's stand-in is a project of its own.)
+	left, projects := sumOf(m, "fulfiller_api_budget_requests_left", `budget="the Hetzner Cloud project of token `)
+	if projects == 0 || left <= 0 || left >= float64(3600*projects) {
+		t.Errorf("fulfiller_api_budget_requests_left of the Hetzner Cloud projects = %v (%d series), want each below the hourly 3600 the runs drew on", left, projects)
+	}
+	if limit, n := sumOf(m, "fulfiller_api_budget_requests_limit", `budget="the Hetzner Cloud project of token `, `period="hour"`); n != projects || limit != float64(3600*n) {
+		t.Errorf("fulfiller_api_budget_requests_limit of the Hetzner Cloud projects = %v (%d series), want 3600 per hour each of %d", limit, n, projects)
+	}
 	scale(t, ctx, priceApp, 2)
 	eventually(t, ctx, 4*time.Minute, "the second price pod to be bound", func(ctx context.Context) (bool, error) {
 		return devenv.PodsBound(ctx, env.kube, "default", map[string]string{"app": priceApp}, 2)

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -132,6 +133,20 @@ func TestRobotPool(t *testing.T) {
 			strings.Contains(c.Message, "offered only while servers wait in standby"), nil
 	})
 
+	// The pool's machines by state, as the keeper's last round counted them.
+	poolMachines := func(want map[string]float64) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) {
+			m := scrape(t)
+			for state, n := range want {
+				if got, series := sumOf(m, "fulfiller_pool_machines", fmt.Sprintf(`class=%q`, class), `family="robot"`, fmt.Sprintf(`state=%q`, state)); got != n || series != 1 {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	}
+	eventually(t, ctx, time.Minute, "fulfiller_pool_machines to show both servers in standby", poolMachines(map[string]float64{"standby": 2, "free": 0, "leased": 0, "quarantined": 0}))
+
 	// The burst: three pods of 10 CPUs, one per node; two servers wait in standby.
 	start := time.Now()
 	create(t, ctx, nodePool(pool, class), deployment(deploy, pool, 3, "10"))
@@ -174,6 +189,7 @@ func TestRobotPool(t *testing.T) {
 	if len(holders) != 2 {
 		t.Errorf("leases %v, want two claims holding one server each", holders)
 	}
+	eventually(t, ctx, time.Minute, "fulfiller_pool_machines to show both servers leased", poolMachines(map[string]float64{"standby": 0, "leased": 2}))
 	for _, f := range fulfillments(t, ctx) {
 		if f.Spec.NodeClass != class {
 			continue
