@@ -373,6 +373,97 @@ settings:
 	}
 }
 
+// TestTofuCLIConfig: tofu.cliConfig becomes a ConfigMap that the controller and every runner
+// pod mount, with TF_CLI_CONFIG_FILE naming it, beside the runner's other volumes and
+// variables; the controller accepts the runner pods' settings. Setting TF_CLI_CONFIG_FILE in
+// runner.env as well is refused.
+func TestTofuCLIConfig(t *testing.T) {
+	const cliConfig = `provider_installation {
+  filesystem_mirror {
+    path    = "/opt/tofu/providers"
+    include = ["*/*/*"]
+  }
+  network_mirror {
+    url     = "https://mirror.example/providers/"
+    include = ["*/*/*"]
+  }
+}
+`
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	writeFile(t, values, `
+runner:
+  env: [{name: SSL_CERT_FILE, value: /etc/ssl/extra/ca.pem}]
+  extraVolumes: [{name: ca, configMap: {name: ca-bundle}}]
+  extraVolumeMounts: [{name: ca, mountPath: /etc/ssl/extra, readOnly: true}]
+tofu:
+  cliConfig: |
+`+indent(cliConfig, "    "))
+	m := render(t, "tofu", "-f", values)
+	cm := find[*corev1.ConfigMap](t, m, "fulfiller-tofu-cli-config")
+	if cm.Namespace != "tofu" || cm.Data["tofurc"] != cliConfig {
+		t.Errorf("ConfigMap %s/%s data %q, want the value in the release namespace", cm.Namespace, cm.Name, cm.Data)
+	}
+	d, c, env := controller(t, m)
+	const file = "/etc/fulfiller/cli-config/tofurc"
+	if envValue(t, env, "TF_CLI_CONFIG_FILE") != file || envValue(t, env, "FULFILLER_TOFU_ENV_TF_CLI_CONFIG_FILE") != file {
+		t.Errorf("controller env %v: want TF_CLI_CONFIG_FILE and its tofu variable = %s", c.Env, file)
+	}
+	mounted := false
+	for _, mnt := range c.VolumeMounts {
+		if mnt.MountPath == filepath.Dir(file) {
+			mounted = mnt.ReadOnly
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name == mnt.Name && (v.ConfigMap == nil || v.ConfigMap.Name != cm.Name) {
+					mounted = false
+				}
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("the controller does not mount ConfigMap %s read-only at %s: volumes %+v, mounts %+v", cm.Name, filepath.Dir(file), d.Spec.Template.Spec.Volumes, c.VolumeMounts)
+	}
+	opts := parseFulfillerOptions(t, env)
+	var runnerEnv []string
+	for _, e := range opts.RunnerTofuEnv {
+		runnerEnv = append(runnerEnv, e.Name+"="+e.Value)
+	}
+	if !slices.Equal(runnerEnv, []string{"SSL_CERT_FILE=/etc/ssl/extra/ca.pem", "TF_CLI_CONFIG_FILE=" + file}) {
+		t.Errorf("runner tofu env %v", runnerEnv)
+	}
+	if len(opts.RunnerVolumes) != 2 || opts.RunnerVolumes[0].Name != "ca" || opts.RunnerVolumes[1].ConfigMap == nil || opts.RunnerVolumes[1].ConfigMap.Name != cm.Name {
+		t.Errorf("runner volumes %+v: want ca, then ConfigMap %s", opts.RunnerVolumes, cm.Name)
+	}
+	if len(opts.RunnerVolumeMounts) != 2 || opts.RunnerVolumeMounts[1].Name != opts.RunnerVolumes[1].Name ||
+		opts.RunnerVolumeMounts[1].MountPath != filepath.Dir(file) || !opts.RunnerVolumeMounts[1].ReadOnly {
+		t.Errorf("runner volume mounts %+v: want the ConfigMap read-only at %s", opts.RunnerVolumeMounts, filepath.Dir(file))
+	}
+
+	// Without the value nothing of it is rendered: runs use the image's configuration.
+	plain := render(t, "tofu")
+	for _, cm := range all[*corev1.ConfigMap](plain) {
+		t.Errorf("ConfigMap %s rendered without tofu.cliConfig", cm.Name)
+	}
+	if _, _, env := controller(t, plain); env["TF_CLI_CONFIG_FILE"].Value != "" {
+		t.Errorf("TF_CLI_CONFIG_FILE = %q without tofu.cliConfig", env["TF_CLI_CONFIG_FILE"].Value)
+	}
+
+	_, err := helmCmd(t, "template", "fulfiller", chart, "--set", "tofu.cliConfig=x,runner.env[0].name=TF_CLI_CONFIG_FILE,runner.env[0].value=/x")
+	if err == nil || !strings.Contains(err.Error(), "use one of them") {
+		t.Fatalf("tofu.cliConfig and TF_CLI_CONFIG_FILE in runner.env: %v", err)
+	}
+}
+
+// indent prefixes every line of s with prefix.
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "")
+}
+
 // TestRenderIsStable: rendering the chart twice gives the same manifest, as Argo CD and
 // `helm template | kubectl apply` need: nothing random (a passphrase made anew on every
 // render would make every encrypted state unreadable).

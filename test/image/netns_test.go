@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,14 +25,13 @@ import (
 // there, and programs are started from it, so their processes are born in the namespace.
 // Everything else, the forwarders' connections outside included, runs on other threads.
 type netNS struct {
-	starts chan *exec.Cmd
-	errs   chan error
+	jobs chan func()
 }
 
 // newNetNS makes the namespace and forwards each of addrs (host:port, TCP) out of it.
 func newNetNS(t *testing.T, addrs ...string) *netNS {
 	t.Helper()
-	ns := &netNS{starts: make(chan *exec.Cmd), errs: make(chan error)}
+	ns := &netNS{jobs: make(chan func())}
 	ready := make(chan error, 1)
 	var listeners []net.Listener
 	go func() {
@@ -53,8 +53,8 @@ func newNetNS(t *testing.T, addrs ...string) *netNS {
 			listeners = append(listeners, l)
 		}
 		ready <- nil
-		for cmd := range ns.starts {
-			ns.errs <- cmd.Start()
+		for job := range ns.jobs {
+			job()
 		}
 	}()
 	if err := <-ready; err != nil {
@@ -69,7 +69,7 @@ func newNetNS(t *testing.T, addrs ...string) *netNS {
 		}()
 	}
 	t.Cleanup(func() {
-		close(ns.starts)
+		close(ns.jobs)
 		for _, l := range listeners {
 			_ = l.Close()
 		}
@@ -80,8 +80,26 @@ func newNetNS(t *testing.T, addrs ...string) *netNS {
 
 // start starts cmd in the namespace.
 func (ns *netNS) start(cmd *exec.Cmd) error {
-	ns.starts <- cmd
-	return <-ns.errs
+	errs := make(chan error, 1)
+	ns.jobs <- func() { errs <- cmd.Start() }
+	return <-errs
+}
+
+// dial connects to addr (host:port, TCP) inside the namespace, where a program started in
+// it listens: the socket is made on the namespace's thread and belongs to the namespace for
+// good, so the connection may then be used from any goroutine.
+func (ns *netNS) dial(addr string) (net.Conn, error) {
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	out := make(chan dialed, 1)
+	ns.jobs <- func() {
+		conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		out <- dialed{conn, err}
+	}
+	d := <-out
+	return d.conn, d.err
 }
 
 // loopbackUp sets the calling thread's namespace's lo up (SIOCSIFFLAGS, as `ip link set lo

@@ -207,3 +207,45 @@ nothing.
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+tofu's CLI configuration (tofu.cliConfig): the ConfigMap's name and where it is mounted, in the
+controller and in every runner pod.
+*/}}
+{{- define "fulfiller.tofuCLIConfigName" -}}
+{{- printf "%s-tofu-cli-config" (include "fulfiller.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "fulfiller.tofuCLIConfigFile" -}}
+/etc/fulfiller/cli-config/tofurc
+{{- end }}
+
+{{/*
+The runner pods' tofu environment, volumes and mounts: runner.env, runner.extraVolumes and
+runner.extraVolumeMounts, with tofu.cliConfig's file when it is set.
+*/}}
+{{- define "fulfiller.runnerEnv" -}}
+{{- $env := .Values.runner.env }}
+{{- if .Values.tofu.cliConfig }}
+{{- range .Values.runner.env }}
+{{- if eq .name "TF_CLI_CONFIG_FILE" }}
+{{- fail "runner.env sets TF_CLI_CONFIG_FILE and tofu.cliConfig is set: use one of them" }}
+{{- end }}
+{{- end }}
+{{- $env = append $env (dict "name" "TF_CLI_CONFIG_FILE" "value" (include "fulfiller.tofuCLIConfigFile" .)) }}
+{{- end }}
+{{- toJson $env }}
+{{- end }}
+{{- define "fulfiller.runnerVolumes" -}}
+{{- $volumes := .Values.runner.extraVolumes }}
+{{- if .Values.tofu.cliConfig }}
+{{- $volumes = append $volumes (dict "name" "tofu-cli-config" "configMap" (dict "name" (include "fulfiller.tofuCLIConfigName" .))) }}
+{{- end }}
+{{- toJson $volumes }}
+{{- end }}
+{{- define "fulfiller.runnerVolumeMounts" -}}
+{{- $mounts := .Values.runner.extraVolumeMounts }}
+{{- if .Values.tofu.cliConfig }}
+{{- $mounts = append $mounts (dict "name" "tofu-cli-config" "mountPath" (dir (include "fulfiller.tofuCLIConfigFile" .)) "readOnly" true) }}
+{{- end }}
+{{- toJson $mounts }}
+{{- end }}
