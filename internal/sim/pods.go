@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 )
 
@@ -388,41 +389,10 @@ func quantityValue(name corev1.ResourceName, q resource.Quantity) int64 {
 	return q.Value()
 }
 
-// podRequests is what a pod asks of its node: its containers and restartable init containers
-// (sidecars) together, or its largest other init container beside the sidecars if that is
-// more, plus the pod's overhead.
+// podRequests is what a pod asks of its node, as the scheduler and the kubelet count it
+// (containers, sidecars and init containers, the pod's overhead).
 func podRequests(pod *corev1.Pod) corev1.ResourceList {
-	sum, sidecars, initMax := corev1.ResourceList{}, corev1.ResourceList{}, corev1.ResourceList{}
-	for _, c := range pod.Spec.Containers {
-		for name, q := range c.Resources.Requests {
-			add(sum, name, q)
-		}
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if isSidecar(c) {
-			for name, q := range c.Resources.Requests {
-				add(sidecars, name, q)
-				add(sum, name, q)
-			}
-			continue
-		}
-		for name, q := range c.Resources.Requests {
-			withSidecars := q.DeepCopy()
-			withSidecars.Add(sidecars[name])
-			if cur, ok := initMax[name]; !ok || withSidecars.Cmp(cur) > 0 {
-				initMax[name] = withSidecars
-			}
-		}
-	}
-	for name, q := range initMax {
-		if q.Cmp(sum[name]) > 0 {
-			sum[name] = q
-		}
-	}
-	for name, q := range pod.Spec.Overhead {
-		add(sum, name, q)
-	}
-	return sum
+	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }
 
 func isSidecar(c corev1.Container) bool {
