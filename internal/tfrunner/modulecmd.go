@@ -80,21 +80,11 @@ func ModuleMain(args []string, stdout, stderr io.Writer) int {
 
 // fetchForCheck fetches a source into a temporary folder, which cleanup removes.
 func fetchForCheck(source, tofu string) (*ResolvedModule, func(), error) {
-	tmp, err := os.MkdirTemp("", "fulfiller-module-check-")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	got, work, err := FetchRemoteModule(ctx, tofu, source, os.TempDir(), nil)
 	if err != nil {
 		return nil, func() {}, err
 	}
-	cleanup := func() { _ = os.RemoveAll(tmp) }
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	path, err := LocateTofu(ctx, tofu)
-	if err != nil {
-		return nil, cleanup, err
-	}
-	env, err := FetchEnv(filepath.Join(tmp, "run"), nil)
-	if err != nil {
-		return nil, cleanup, err
-	}
-	got, err := FetchModule(ctx, path, source, filepath.Join(tmp, "root"), env)
-	return got, cleanup, err
+	return got, func() { _ = os.RemoveAll(work) }, nil
 }

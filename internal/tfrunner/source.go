@@ -128,11 +128,39 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 	return res, nil
 }
 
-// FetchEnv is the environment of a fetch outside a run, as a run's would be (runEnv): a few
-// of this process's variables, a home and a CLI configuration of its own in workDir (made
-// here), the TofuEnvPrefix variables, then extra (the class's credentials), which wins.
-func FetchEnv(workDir string, extra map[string]string) (map[string]string, error) {
-	return runEnv(Request{WorkDir: workDir, Env: extra})
+// FetchRemoteModule fetches a remote source outside a run (a class's check, `fulfiller module
+// check`) as a run would: into a new folder under parent, with the tofu named by tofu (found
+// as LocateTofu finds it) and the environment a run's tofu would have (runEnv: a few of this
+// process's variables, a home and a CLI configuration of its own, the TofuEnvPrefix
+// variables), then extra (the class's credentials), which wins. It returns the resolution and
+// the folder, which the caller removes once done with the module; on an error nothing is
+// left behind.
+func FetchRemoteModule(ctx context.Context, tofu, source, parent string, extra map[string]string) (*ResolvedModule, string, error) {
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, "", fmt.Errorf("creating %s: %w", parent, err)
+	}
+	work, err := os.MkdirTemp(parent, "fetch-")
+	if err != nil {
+		return nil, "", err
+	}
+	got, err := fetchRemoteModule(ctx, tofu, source, work, extra)
+	if err != nil {
+		_ = os.RemoveAll(work)
+		return nil, "", err
+	}
+	return got, work, nil
+}
+
+func fetchRemoteModule(ctx context.Context, tofu, source, work string, extra map[string]string) (*ResolvedModule, error) {
+	path, err := LocateTofu(ctx, tofu)
+	if err != nil {
+		return nil, err
+	}
+	env, err := runEnv(Request{WorkDir: filepath.Join(work, "run"), Env: extra})
+	if err != nil {
+		return nil, err
+	}
+	return FetchModule(ctx, path, source, filepath.Join(work, "root"), env)
 }
 
 // checkRemoteSource refuses what cannot be a module block's literal source.

@@ -120,25 +120,7 @@ func (r *moduleResolver) fetch(ctx context.Context, source string, env map[strin
 		got, err := tfrunner.FetchModule(ctx, r.tofu, source, "", nil)
 		return got, "", err
 	}
-	if err := os.MkdirAll(r.dir, 0o700); err != nil {
-		return nil, "", fmt.Errorf("creating %s: %w", r.dir, err)
-	}
-	work, err := os.MkdirTemp(r.dir, "fetch-")
-	if err != nil {
-		return nil, "", err
-	}
-	tofu, err := tfrunner.LocateTofu(ctx, r.tofu)
-	if err == nil {
-		var fetchEnv map[string]string
-		if fetchEnv, err = tfrunner.FetchEnv(filepath.Join(work, "run"), env); err == nil {
-			var got *tfrunner.ResolvedModule
-			if got, err = tfrunner.FetchModule(ctx, tofu, source, filepath.Join(work, "root"), fetchEnv); err == nil {
-				return got, work, nil
-			}
-		}
-	}
-	_ = os.RemoveAll(work)
-	return nil, "", err
+	return tfrunner.FetchRemoteModule(ctx, r.tofu, source, r.dir, env)
 }
 
 // resolveKey identifies a source fetched with an environment (the values hashed, never kept).
