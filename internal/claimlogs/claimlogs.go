@@ -8,6 +8,7 @@ package claimlogs
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +18,7 @@ import (
 	"sort"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,9 +34,6 @@ import (
 // DefaultNamespace is where the runner Jobs are unless --namespace says otherwise: the
 // namespace docs/install.md installs the chart into.
 const DefaultNamespace = "fulfiller"
-
-// jobNameLabel is set by the Job controller on a Job's pods.
-const jobNameLabel = "batch.kubernetes.io/job-name"
 
 // Options say which log to print and how.
 type Options struct {
@@ -78,7 +77,7 @@ func Print(ctx context.Context, claim string, o Options) error {
 	if run.LogTail == "" {
 		return fmt.Errorf("run %s of %s: its runner's log is gone and its record keeps no tail (only failed runs keep one): %w", run.Name, claim, ErrNoLog)
 	}
-	fmt.Fprintf(o.Notes, "the runner's log of %s is gone; the tail its record kept (%s, %s):\n", run.Name, run.Phase, cmpOr(run.ErrorClass, "no class"))
+	fmt.Fprintf(o.Notes, "the runner's log of %s is gone; the tail its record kept (%s, %s):\n", run.Name, run.Phase, cmp.Or(run.ErrorClass, "no class"))
 	_, err = io.WriteString(o.Out, strings.TrimRight(run.LogTail, "\n")+"\n")
 	return err
 }
@@ -123,7 +122,7 @@ func printRunnerLog(ctx context.Context, run *v1alpha1.Run, o Options) (bool, er
 }
 
 func printPodLog(ctx context.Context, job string, o Options) (bool, error) {
-	pods, err := o.Clientset.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: jobNameLabel + "=" + job})
+	pods, err := o.Clientset.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
 	if err != nil {
 		return false, fmt.Errorf("listing the pods of Job %s/%s: %w", o.Namespace, job, err)
 	}
@@ -160,13 +159,6 @@ func copyLog(out io.Writer, in io.Reader, raw bool) error {
 		}
 	}
 	return sc.Err()
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Main is the logs command: `logs [flags] CLAIM`.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
@@ -37,7 +38,7 @@ func TestPrint(t *testing.T) {
 	}
 	kube := test.NewClient(nil, f)
 	clientset := k8sfake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultNamespace, Name: "claim-a-destroy-1-x",
-		Labels: map[string]string{jobNameLabel: "claim-a-destroy-1"}}})
+		Labels: map[string]string{batchv1.JobNameLabel: "claim-a-destroy-1"}}})
 	for _, tc := range []struct {
 		name, claim, run string
 		json             bool
