@@ -443,18 +443,7 @@ func runnerAlive(pid int, dir string) bool {
 
 // lastProgress returns the @message of the last tofu UI line in the tail of a run log.
 func lastProgress(logPath string) string {
-	f, err := os.Open(logPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const tailSize = 8 << 10
-	if info, err := f.Stat(); err == nil && info.Size() > tailSize {
-		if _, err := f.Seek(-tailSize, io.SeekEnd); err != nil {
-			return ""
-		}
-	}
-	data, err := io.ReadAll(f)
+	data, _, err := readEnd(logPath, 8<<10)
 	if err != nil {
 		return ""
 	}
@@ -480,26 +469,32 @@ func (e *Local) LogTail(_ context.Context, name, claimUID string) ([]byte, error
 	if err := CheckOwner(name, readRunInfo(dir).Labels, claimUID); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(filepath.Join(dir, LogFileName))
+	data, cutStart, err := readEnd(filepath.Join(dir, LogFileName), tfrunner.LogTailBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("log of run %s: %w", name, ErrRunNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading log of run %s: %w", name, err)
 	}
+	return lastLines(data, tfrunner.LogTailLines, cutStart), nil
+}
+
+// readEnd reads the last size bytes of the file at path (all of it when it is shorter);
+// cutStart says the file is longer, so what was read starts inside a line.
+func readEnd(path string, size int64) (data []byte, cutStart bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, false, err
+	}
 	defer func() { _ = f.Close() }()
-	cutStart := false
-	if info, err := f.Stat(); err == nil && info.Size() > tfrunner.LogTailBytes {
-		if _, err := f.Seek(-tfrunner.LogTailBytes, io.SeekEnd); err != nil {
-			return nil, fmt.Errorf("reading log of run %s: %w", name, err)
+	if info, err := f.Stat(); err == nil && info.Size() > size {
+		if _, err := f.Seek(-size, io.SeekEnd); err != nil {
+			return nil, false, err
 		}
 		cutStart = true
 	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("reading log of run %s: %w", name, err)
-	}
-	return lastLines(data, tfrunner.LogTailLines, cutStart), nil
+	data, err = io.ReadAll(f)
+	return data, cutStart, err
 }
 
 // lastLines is the last n lines of data; cutStart says data starts inside a line, which is
