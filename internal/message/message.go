@@ -22,16 +22,37 @@ func Short(s string) string { return ShortenTo(s, MaxLength) }
 
 // ShortenTo is Short with another bound, for a part of a message.
 func ShortenTo(s string, limit int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	return Cut(strings.Join(strings.Fields(s), " "), limit)
+}
+
+// ellipsis marks where text was cut.
+const ellipsis = "…"
+
+// Cut is s cut to at most limit bytes on a rune boundary, a cut marked with an ellipsis.
+// Unlike Short it keeps s's white space (the line breaks of a rendered log).
+func Cut(s string, limit int) string {
 	if len(s) <= limit {
 		return s
 	}
-	const ellipsis = "…"
 	cut := max(limit-len(ellipsis), 0)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + ellipsis
+}
+
+// KeepEnd is the end of s, at most n bytes from a rune boundary, after an ellipsis when
+// anything before it was left out: for text whose end says the most (what a failed command
+// printed last).
+func KeepEnd(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	start := len(s) - n
+	for start < len(s) && !utf8.RuneStart(s[start]) {
+		start++
+	}
+	return ellipsis + s[start:]
 }
 
 // Duration prints a duration as people read it in a message: rounded to the second, 10m

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fulfiller-sh/fulfiller/internal/message"
 )
@@ -351,14 +350,7 @@ func (d Diagnostic) text() string {
 		// the end of that the most.
 		if _, output, ok := strings.Cut(d.Detail, localExecOutput); ok {
 			output = strings.Join(strings.Fields(output), " ")
-			if tailLen := message.MaxLength - len(localExecSummary) - 8; len(output) > tailLen {
-				start := len(output) - tailLen
-				for start < len(output) && !utf8.RuneStart(output[start]) {
-					start++
-				}
-				output = "…" + output[start:]
-			}
-			return d.Summary + ": " + output
+			return d.Summary + ": " + message.KeepEnd(output, message.MaxLength-len(localExecSummary)-8)
 		}
 	}
 	if d.Detail == "" {

@@ -8,7 +8,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/fulfiller-sh/fulfiller/internal/message"
 )
 
 // A run's log tail is what a run record keeps of a failed run's log, so that why it failed
@@ -50,7 +51,7 @@ func renderLine(line []byte) string {
 		Diagnostic *Diagnostic `json:"diagnostic"`
 	}
 	if json.Unmarshal(line, &msg) != nil || msg.Message == "" {
-		return cut(string(line), maxRenderedLine)
+		return message.Cut(string(line), maxRenderedLine)
 	}
 	var b strings.Builder
 	if ts, err := time.Parse(time.RFC3339Nano, msg.Timestamp); err == nil {
@@ -67,7 +68,7 @@ func renderLine(line []byte) string {
 			}
 		}
 	}
-	return cut(b.String(), maxRenderedLine)
+	return message.Cut(b.String(), maxRenderedLine)
 }
 
 // Tail is the end of text that fits in max bytes, in whole lines, after a line that says
@@ -85,27 +86,11 @@ func Tail(text string, max int) string {
 		first--
 	}
 	if first == len(lines) {
-		last, room := lines[len(lines)-1], max-len(marker)-len("…")
+		room := max - len(marker) - len("…")
 		if room <= 0 {
 			return ""
 		}
-		keep := last[len(last)-room:]
-		for len(keep) > 0 && !utf8.RuneStart(keep[0]) {
-			keep = keep[1:]
-		}
-		return marker + "…" + keep
+		return marker + message.KeepEnd(lines[len(lines)-1], room)
 	}
 	return marker + strings.Join(lines[first:], "\n")
-}
-
-// cut shortens s to at most n bytes on a rune boundary, the cut marked with an ellipsis.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	end := n - len("…")
-	for end > 0 && !utf8.RuneStart(s[end]) {
-		end--
-	}
-	return s[:end] + "…"
 }
