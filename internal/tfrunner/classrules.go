@@ -6,6 +6,8 @@ package tfrunner
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 )
 
 // ErrorRule is a class's own rule for a generic module (one without a family): an error
@@ -18,7 +20,7 @@ type ErrorRule struct {
 }
 
 // ruleClasses are the classes a class's rule may give.
-var ruleClasses = map[ErrorClass]bool{Capacity: true, Quota: true, Credentials: true, Transient: true, InvalidModule: true}
+var ruleClasses = []ErrorClass{Capacity, Quota, Credentials, Transient, InvalidModule}
 
 // CompileErrorRules checks a class's rules and makes Rules of them: each needs exactly one of
 // a code and a pattern (an RE2 regular expression), and a class a failure of a node type can
@@ -32,8 +34,8 @@ func CompileErrorRules(rules []ErrorRule) (Rules, error) {
 		if (r.Code == "") == (r.Pattern == "") {
 			return nil, fmt.Errorf("error rule %d: set exactly one of code and pattern", i)
 		}
-		if !ruleClasses[r.Class] {
-			return nil, fmt.Errorf("error rule %d: class %q is not one of InsufficientCapacity, QuotaExceeded, InvalidCredentials, TransientError, InvalidModule", i, r.Class)
+		if !slices.Contains(ruleClasses, r.Class) {
+			return nil, fmt.Errorf("error rule %d: class %q is not one of %s", i, r.Class, ruleClassNames)
 		}
 		cr := compiledRule{rule: r}
 		if r.Pattern != "" {
@@ -47,6 +49,15 @@ func CompileErrorRules(rules []ErrorRule) (Rules, error) {
 	}
 	return out, nil
 }
+
+// ruleClassNames lists ruleClasses for an error message.
+var ruleClassNames = func() string {
+	names := make([]string, len(ruleClasses))
+	for i, c := range ruleClasses {
+		names[i] = string(c)
+	}
+	return strings.Join(names, ", ")
+}()
 
 type compiledRule struct {
 	rule ErrorRule
