@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -154,17 +153,7 @@ func TestControllerInImage(t *testing.T) {
 // with the chart's defaults, leader election off (one process).
 func renderController(t *testing.T) corev1.Container {
 	t.Helper()
-	helm, err := testenv.Tool("helm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(helm, "template", "fulfiller", filepath.Join(root, "charts", "fulfiller"), "--namespace", "fulfiller",
-		"--set", "settings.clusterName=image-test,leaderElection.enabled=false", "--show-only", "templates/deployment.yaml")
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
+	out := helmTemplate(t, "templates/deployment.yaml", "--set", "leaderElection.enabled=false")
 	var d appsv1.Deployment
 	if err := yaml.UnmarshalStrict(out, &d); err != nil {
 		t.Fatalf("the chart's Deployment: %v\n%s", err, out)

@@ -171,18 +171,7 @@ func TestNetworkMirror(t *testing.T) {
 // tofurc.
 func renderCLIConfig(t *testing.T, file string) string {
 	t.Helper()
-	helm, err := testenv.Tool("helm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(helm, "template", "fulfiller", filepath.Join(root, "charts", "fulfiller"), "--namespace", "fulfiller",
-		"--set", "settings.clusterName=image-test", "--set-file", "tofu.cliConfig="+file,
-		"--show-only", "templates/tofu-cli-config.yaml")
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
+	out := helmTemplate(t, "templates/tofu-cli-config.yaml", "--set-file", "tofu.cliConfig="+file)
 	var cm corev1.ConfigMap
 	if err := yaml.UnmarshalStrict(out, &cm); err != nil {
 		t.Fatalf("the chart's tofu CLI configuration ConfigMap: %v\n%s", err, out)
@@ -191,6 +180,24 @@ func renderCLIConfig(t *testing.T, file string) string {
 		t.Fatalf("the chart's ConfigMap has no tofurc:\n%s", out)
 	}
 	return cm.Data["tofurc"]
+}
+
+// helmTemplate is the chart's template file rendered by the pinned helm for a release in
+// namespace fulfiller, with its own helm folders and extra arguments.
+func helmTemplate(t *testing.T, template string, args ...string) []byte {
+	t.Helper()
+	helm, err := testenv.Tool("helm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(helm, append([]string{"template", "fulfiller", filepath.Join(root, "charts", "fulfiller"), "--namespace", "fulfiller",
+		"--set", "settings.clusterName=image-test", "--show-only", template}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	return out
 }
 
 // writeModule writes a module to dir that requires each provider (local name → source) at
