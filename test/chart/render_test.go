@@ -86,6 +86,7 @@ func TestDefaults(t *testing.T) {
 		"FULFILLER_ENCRYPTION_SECRET_KEY":    "passphrase",
 		"FULFILLER_CLUSTER_NAME":             testClusterName,
 		"FULFILLER_ORPHAN_GRACE":             "10m",
+		"FULFILLER_MODULE_REFRESH_INTERVAL":  "10m",
 		// Runner pods have the controller's priority class and nothing extra.
 		"FULFILLER_RUNNER_PRIORITY_CLASS":     "system-cluster-critical",
 		"FULFILLER_RUNNER_IMAGE_PULL_SECRETS": "[]",
@@ -507,6 +508,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"leaderElection.enabled=yes", "/leaderElection/enabled"},
 		{"settings.clusterName=prod eu", "/settings/clusterName"},
 		{"orphanGracePeriod=ten", "/orphanGracePeriod"},
+		{"moduleRefreshInterval=often", "/moduleRefreshInterval"},
 		{"settings.featureGates.nodeRepairs=true", "/settings/featureGates"},
 		{"runner.podLabels.team=5", "/runner/podLabels/team"},
 		{"runner.extraVolumes[0].configMap.name=ca", "/runner/extraVolumes/0"},
