@@ -55,13 +55,13 @@ type Options struct {
 	// StateNamespace the claims' states and locks (kubernetes backend) for classes that name
 	// none, and the pools' leases (empty: Namespace).
 	Namespace, StateNamespace string
-	// TofuPath, TofuStartsProviders, RunEnv, DestroyDeadline and RetryBackoff are the runs'
+	// TofuPath, RunnerShortcuts, RunEnv, DestroyDeadline and RetryBackoff are the runs'
 	// (fulfillment.Options).
-	TofuPath            string
-	TofuStartsProviders bool
-	RunEnv              map[string]string
-	DestroyDeadline     time.Duration
-	RetryBackoff        time.Duration
+	TofuPath        string
+	RunnerShortcuts bool
+	RunEnv          map[string]string
+	DestroyDeadline time.Duration
+	RetryBackoff    time.Duration
 	// OrphanGrace is how old a machine or state without a claim must be before it is
 	// collected (default garbagecollection.DefaultOrphanGrace).
 	OrphanGrace time.Duration
@@ -96,7 +96,7 @@ func NewControllers(o Options) []controller.Controller {
 	o = o.withDefaults()
 	fulfillments := fulfillment.NewController(fulfillment.Options{
 		Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Executor: o.Executor, Unavailable: o.Unavailable,
-		Namespace: o.Namespace, StateNamespace: o.StateNamespace, TofuPath: o.TofuPath, TofuStartsProviders: o.TofuStartsProviders,
+		Namespace: o.Namespace, StateNamespace: o.StateNamespace, TofuPath: o.TofuPath, RunnerShortcuts: o.RunnerShortcuts,
 		RunEnv: o.RunEnv, DestroyDeadline: o.DestroyDeadline, RetryBackoff: o.RetryBackoff, Families: o.Families, ClusterName: o.ClusterName,
 		ServerVersion: serverVersion(o.RESTConfig),
 	})

@@ -55,27 +55,27 @@ func Run(families family.Registry) {
 	crmetrics.Registry.MustRegister(apiBudgets) // fulfiller_api_budget_requests_left and _limit
 	runs, tofu, runEnv := newExecutor(ctx, op, opts, families, apiBudgets)
 	o := claims.Options{
-		Kube:                op.GetClient(),
-		APIReader:           op.Manager.GetAPIReader(),
-		Clock:               op.Clock,
-		Recorder:            op.EventRecorder,
-		ConditionRecorder:   op.Manager.GetEventRecorderFor("fulfiller"), //nolint:staticcheck // SA1019: operatorpkg's status controller takes a record.EventRecorder
-		RESTConfig:          op.GetConfig(),
-		Executor:            runs,
-		Unavailable:         cloudprovider.NewUnavailableOfferings(op.Clock, cloudprovider.UnavailableOfferingsTTL),
-		Families:            families,
-		ClusterName:         opts.ClusterName,
-		Namespace:           opts.Namespace,
-		StateNamespace:      opts.StateNamespace,
-		TofuPath:            tofu,
-		TofuStartsProviders: opts.TofuStartsProviders,
-		RunEnv:              runEnv,
-		DestroyDeadline:     opts.DestroyDeadline,
-		RetryBackoff:        opts.RetryBackoff,
-		OrphanGrace:         opts.OrphanGrace,
-		PoolKeeperInterval:  opts.PoolKeeperInterval,
-		ModuleRefresh:       opts.ModuleRefresh,
-		APIBudgets:          apiBudgets,
+		Kube:               op.GetClient(),
+		APIReader:          op.Manager.GetAPIReader(),
+		Clock:              op.Clock,
+		Recorder:           op.EventRecorder,
+		ConditionRecorder:  op.Manager.GetEventRecorderFor("fulfiller"), //nolint:staticcheck // SA1019: operatorpkg's status controller takes a record.EventRecorder
+		RESTConfig:         op.GetConfig(),
+		Executor:           runs,
+		Unavailable:        cloudprovider.NewUnavailableOfferings(op.Clock, cloudprovider.UnavailableOfferingsTTL),
+		Families:           families,
+		ClusterName:        opts.ClusterName,
+		Namespace:          opts.Namespace,
+		StateNamespace:     opts.StateNamespace,
+		TofuPath:           tofu,
+		RunnerShortcuts:    opts.RunnerShortcuts,
+		RunEnv:             runEnv,
+		DestroyDeadline:    opts.DestroyDeadline,
+		RetryBackoff:       opts.RetryBackoff,
+		OrphanGrace:        opts.OrphanGrace,
+		PoolKeeperInterval: opts.PoolKeeperInterval,
+		ModuleRefresh:      opts.ModuleRefresh,
+		APIBudgets:         apiBudgets,
 	}
 	provider := claims.NewCloudProvider(o)
 	cloudProvider := metrics.Decorate(provider)

@@ -21,6 +21,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/nodeclass"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
@@ -55,9 +56,10 @@ type Options struct {
 	Executor            string
 	RunsDir             string
 	TofuPath            string
-	// TofuStartsProviders has tofu start the providers once per step of a run (the runner
-	// starts them once per run otherwise).
-	TofuStartsProviders bool
+	// RunnerShortcuts turns on the runner's fast paths (tfrunner.Request.Shortcuts): the local
+	// executor's module cache and providers started once per run for tofu to reattach to.
+	// They rest on tofu's private files and are honoured only for tfrunner.ShortcutsTofu.
+	RunnerShortcuts bool
 	// MaxConcurrentRuns caps the runs in progress at once (0: no cap of its own).
 	MaxConcurrentRuns int
 	RunnerKubeconfig  string
@@ -113,7 +115,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.Executor, "executor", env.WithDefaultString("FULFILLER_EXECUTOR", ExecutorJob), "Where tofu runs: job (a Kubernetes Job per run) or local (child processes)")
 	fs.StringVar(&o.RunsDir, "runs-dir", env.WithDefaultString("FULFILLER_RUNS_DIR", "/var/lib/fulfiller/runs"), "Folder of local runs (working directories and logs)")
 	fs.StringVar(&o.TofuPath, "tofu-path", env.WithDefaultString("FULFILLER_TOFU", "tofu"), "The tofu binary (in the runner's image for the job executor)")
-	fs.BoolVarWithEnv(&o.TofuStartsProviders, "tofu-starts-providers", "FULFILLER_TOFU_STARTS_PROVIDERS", false, "Leave starting the providers to tofu, which starts each anew for every step of a run (schemas, validation, plan, apply), instead of the runner starting each provider once per run for tofu to reattach to")
+	fs.BoolVarWithEnv(&o.RunnerShortcuts, "runner-shortcuts", "FULFILLER_RUNNER_SHORTCUTS", false, "Turn on the runner's fast paths, which rest on tofu's private files and undocumented behaviour: local runs share initialised modules (a module cache), and every run starts each provider once for tofu to reattach to instead of tofu starting it for every step; honoured only for tofu "+tfrunner.ShortcutsTofu+", off by default")
 	fs.IntVar(&o.MaxConcurrentRuns, "max-concurrent-runs", env.WithDefaultInt("FULFILLER_MAX_CONCURRENT_RUNS", 0), "Cap on tofu runs in progress at once (0: none; runs are limited by the cluster's capacity for runner pods, or this machine's CPUs and memory, and the families' API budgets)")
 	fs.StringVar(&o.RunnerKubeconfig, "runner-kubeconfig", env.WithDefaultString("FULFILLER_RUNNER_KUBECONFIG", ""), "Kubeconfig local runs use for the kubernetes state backend (empty: runners use their service account)")
 	fs.StringVar(&o.RunnerImage, "runner-image", env.WithDefaultString("FULFILLER_RUNNER_IMAGE", ""), "Image of runner Jobs (the controller's image)")

@@ -24,7 +24,7 @@ import (
 const runnerEnv = "STATELOCK_TEST_RUNNER"
 
 // moduleCache is the module cache every run of these tests shares, as the runs of a local
-// executor do: the states, locks, workspaces and encryption checked here are those of runs
+// executor with the runner shortcuts do (tfrunner.Request.Shortcuts): the states, locks, workspaces and encryption checked here are those of runs
 // that link a cached module and write their backend record from the cache's template.
 var moduleCache string
 
@@ -121,6 +121,7 @@ func simRun(t *testing.T, name string, op tfrunner.Operation, backend tfrunner.B
 		ModuleDir: simModule(t),
 		WorkDir:   t.TempDir(),
 		CacheDir:  moduleCache,
+		Shortcuts: true,
 		Backend:   backend,
 		Workspace: workspace,
 		Variables: map[string]any{

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-version"
 	"github.com/hashicorp/terraform-exec/tfexec"
 )
 
@@ -65,10 +66,11 @@ const (
 	workspaceFile    = "environment"       // the selected workspace
 )
 
-// cacheable reports whether a request's runs can use the module cache: it needs a cache
-// folder, and a backend that keeps the state outside the working directory.
+// cacheable reports whether a request's runs can use the module cache: it is one of the
+// runner's shortcuts, needs a cache folder, and a backend that keeps the state outside the
+// working directory.
 func cacheable(req Request) bool {
-	return req.CacheDir != "" && req.Backend.Type != "" && req.Backend.Type != "local"
+	return req.Shortcuts && req.CacheDir != "" && req.Backend.Type != "" && req.Backend.Type != "local"
 }
 
 // moduleKey identifies what `tofu init -backend=false` makes of a module: its files (those
@@ -313,11 +315,11 @@ func sameJSON(a, b []byte) bool {
 }
 
 // tofuWrapper returns the version-probe wrapper of the tofu binary at path (see the
-// module cache), making it on first use, and the binary's identity.
-func tofuWrapper(ctx context.Context, cacheDir, path string, env []string) (string, string, error) {
+// module cache), making it on first use, the binary's identity and its version.
+func tofuWrapper(ctx context.Context, cacheDir, path string, env []string) (string, string, *version.Version, error) {
 	id, err := tofuID(path)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	dir := filepath.Join(cacheDir, cacheTofu, id)
 	_, err = publish(ctx, dir, func(tmp string) error {
@@ -343,9 +345,17 @@ func tofuWrapper(ctx context.Context, cacheDir, path string, env []string) (stri
 		return os.WriteFile(filepath.Join(tmp, "tofu"), []byte(script), 0o755)
 	})
 	if err != nil {
-		return "", "", fmt.Errorf("preparing tofu %s: %w", path, err)
+		return "", "", nil, fmt.Errorf("preparing tofu %s: %w", path, err)
 	}
-	return filepath.Join(dir, "tofu"), id, nil
+	reported, err := os.ReadFile(filepath.Join(dir, "version.json"))
+	if err != nil {
+		return "", "", nil, fmt.Errorf("preparing tofu %s: %w", path, err)
+	}
+	v, err := parseTofuVersion(reported)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("preparing tofu %s: %w", path, err)
+	}
+	return filepath.Join(dir, "tofu"), id, v, nil
 }
 
 // shellQuote quotes s for a POSIX shell.
@@ -384,10 +394,14 @@ type cachedRun struct {
 }
 
 // useModuleCache prepares moduleDir for a run of the cached module of req, making the cache
-// entry first when there is none.
+// entry first when there is none. It fails with errShortcutsTofu, before it touches
+// moduleDir, for a tofu outside ShortcutsTofu.
 func useModuleCache(ctx context.Context, req Request, env map[string]string, moduleDir string, out *runLog, phases *phaseClock) (*cachedRun, error) {
-	tofu, id, err := tofuWrapper(ctx, req.CacheDir, req.TofuPath, envList(env))
+	tofu, id, v, err := tofuWrapper(ctx, req.CacheDir, req.TofuPath, envList(env))
 	if err != nil {
+		return nil, err
+	}
+	if err := checkShortcutsTofu(v); err != nil {
 		return nil, err
 	}
 	cliConfig, _ := os.ReadFile(env["TF_CLI_CONFIG_FILE"]) // tofu itself reports one it cannot read

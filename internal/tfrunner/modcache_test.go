@@ -227,7 +227,7 @@ func TestRunsShareTheModuleCache(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(record, claim), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		req.Name, req.Operation, req.ModuleDir, req.CacheDir = claim+"-"+string(op), op, module, cache
+		req.Name, req.Operation, req.ModuleDir, req.CacheDir, req.Shortcuts = claim+"-"+string(op), op, module, cache, true
 		req.Backend = Backend{Type: "kubernetes", Config: map[string]string{"secret_suffix": claim, "namespace": "default"},
 			Maps: map[string]map[string]string{"labels": {keys.LabelNodeClaimUID: "uid-" + claim}}}
 		req.Env = map[string]string{"KUBE_CONFIG_PATH": cp.Kubeconfig}
@@ -314,6 +314,92 @@ func TestRunsShareTheModuleCache(t *testing.T) {
 		t.Errorf("the first entry changed")
 	}
 	runAll(Destroy, "cache-d")
+
+	// The plain path (tofu's public surface only, the default) and the shortcuts give the
+	// same result for the same request.
+	t.Run("PlainAndShortcutsAgree", func(t *testing.T) {
+		results := map[bool]Result{}
+		for _, shortcuts := range []bool{false, true} {
+			claim := map[bool]string{false: "cache-plain", true: "cache-short"}[shortcuts]
+			for _, op := range []Operation{Apply, Destroy} {
+				req := request(claim, op)
+				req.Shortcuts = shortcuts
+				var log testenv.SyncBuffer
+				res := Run(context.Background(), req, &log, nil)
+				if !res.Succeeded {
+					t.Fatalf("%s of %s (shortcuts %t): %+v\n%s", op, claim, shortcuts, res.Error, log.String())
+				}
+				if inits := strings.Contains(log.String(), backendInit); inits == shortcuts {
+					t.Errorf("%s of %s (shortcuts %t): tofu init ran %t, want %t:\n%s", op, claim, shortcuts, inits, !shortcuts, log.String())
+				}
+				if op == Apply {
+					results[shortcuts] = res
+				}
+			}
+			if _, err := os.Stat(filepath.Join(record, claim, "destroyed")); err != nil {
+				t.Errorf("the destroy of %s did not reach its machine: %v", claim, err)
+			}
+		}
+		// The same outputs but for the claim's name and the machine's ID.
+		normal := func(res Result) string {
+			data, _ := json.Marshal(res.Outputs)
+			out := strings.ReplaceAll(string(data), "cache-plain", "CLAIM")
+			out = strings.ReplaceAll(out, "cache-short", "CLAIM")
+			id := res.ProviderID[strings.LastIndex(res.ProviderID, "/")+1:]
+			return strings.ReplaceAll(out, id, "ID")
+		}
+		if plain, short := normal(results[false]), normal(results[true]); plain != short {
+			t.Errorf("outputs differ:\nplain     %s\nshortcuts %s", plain, short)
+		}
+	})
+
+	// The shortcuts were written for ShortcutsTofu: with a tofu that reports another
+	// version, a run with them asked for takes the plain path, with the same result.
+	t.Run("OnlyWithTheirTofu", func(t *testing.T) {
+		other := otherVersionTofu(t, tofuPath(t), "1.13.0")
+		otherCache := t.TempDir()
+		for _, op := range []Operation{Apply, Destroy} {
+			req := request("cache-e", op)
+			req.TofuPath, req.CacheDir = other, otherCache
+			var log testenv.SyncBuffer
+			res := Run(context.Background(), req, &log, nil)
+			if !res.Succeeded {
+				t.Fatalf("%s with tofu 1.13.0: %+v\n%s", op, res.Error, log.String())
+			}
+			// The run log is JSON: json.Marshal escapes < and >.
+			range_, _ := json.Marshal(ShortcutsTofu)
+			want := "runner shortcuts are written for tofu " + strings.Trim(string(range_), `"`) + ", not 1.13.0: this run uses tofu's public surface only"
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("%s: the log does not say %q:\n%s", op, want, log.String())
+			}
+			if !strings.Contains(log.String(), backendInit) {
+				t.Errorf("%s: tofu init did not run:\n%s", op, log.String())
+			}
+		}
+		if _, err := os.Stat(filepath.Join(otherCache, cacheModules)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a run with tofu 1.13.0 used the module cache: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(record, "cache-e", "destroyed")); err != nil {
+			t.Errorf("the destroy did not reach its machine: %v", err)
+		}
+	})
+}
+
+// otherVersionTofu is a tofu that answers `tofu version -json` with version v and runs the
+// real binary at real for anything else: a stand-in for a tofu release the runner's
+// shortcuts were not written for.
+func otherVersionTofu(t *testing.T, real, v string) string {
+	t.Helper()
+	reported, err := json.Marshal(map[string]any{"terraform_version": v, "platform": "linux_amd64", "provider_selections": map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tofu")
+	script := "#!/bin/sh\nif [ \"$1\" = version ]; then\n\techo " + shellQuote(string(reported)) + "\n\texit 0\nfi\nexec " + shellQuote(real) + " \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // listDir lists the folders in dir, leaving out lock files.

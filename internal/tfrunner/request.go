@@ -65,7 +65,7 @@ type Request struct {
 	// WorkDir is a fresh folder the run owns.
 	WorkDir string `json:"workDir"`
 	// CacheDir is a folder the runner keeps initialised modules in, shared by the runs of
-	// one executor (empty: none; each run copies and initialises its module).
+	// one executor; only runs with Shortcuts use it (empty: none).
 	CacheDir string  `json:"cacheDir,omitempty"`
 	Backend  Backend `json:"backend"`
 	// Workspace is the OpenTofu workspace the operation uses (empty: default), for backends
@@ -79,11 +79,16 @@ type Request struct {
 	Env map[string]string `json:"env,omitempty"`
 	// TofuPath is the tofu binary.
 	TofuPath string `json:"tofuPath"`
-	// TofuStartsProviders leaves starting the providers to tofu, which starts each one anew
-	// for every step of the operation (schemas, validation, plan, apply). By default the
-	// runner starts each provider the configuration uses with one provider configuration
-	// once, and tofu reattaches to it for every step (see providers.go).
-	TofuStartsProviders bool `json:"tofuStartsProviders,omitempty"`
+	// Shortcuts turns on the runner's fast paths, which rest on tofu's private files and
+	// undocumented behaviour rather than its public surface (commands, -json output,
+	// environment variables, the CLI configuration): the module cache (CacheDir, modcache.go),
+	// which writes tofu's backend record and workspace file itself and answers
+	// terraform-exec's version probe from a wrapper, and providers the runner starts once per
+	// run for tofu to reattach to (providers.go). They were written for the tofu versions in
+	// ShortcutsTofu; with another tofu the run takes the plain path and its log says so.
+	// Off (the default), tofu initialises every run's working directory and starts its own
+	// providers.
+	Shortcuts bool `json:"shortcuts,omitempty"`
 	// LockTimeout is how long tofu retries a held state lock (0: fail at once).
 	LockTimeout time.Duration `json:"lockTimeout,omitempty"`
 	// Deadline bounds the run from the runner's start (0: no bound of its own). Past it the

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -139,9 +140,15 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	tofu := req.TofuPath
 	var cache *cachedRun
 	if cacheable(req) {
-		if cache, err = useModuleCache(ctx, req, env, moduleDir, out, phases); err != nil {
+		cache, err = useModuleCache(ctx, req, env, moduleDir, out, phases)
+		if errors.Is(err, errShortcutsTofu) {
+			out.note("warn", err.Error())
+			req.Shortcuts = false
+		} else if err != nil {
 			return err
 		}
+	}
+	if cache != nil {
 		tofu = cache.tofu
 	} else {
 		if err := prepareModule(req.ModuleDir, moduleDir); err != nil {
@@ -182,6 +189,11 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 		return fmt.Errorf("tofu version: %w", err)
 	} else if err := CheckTofuVersion(req.TofuPath, v); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	} else if req.Shortcuts {
+		if err := checkShortcutsTofu(v); err != nil {
+			out.note("warn", err.Error())
+			req.Shortcuts = false
+		}
 	}
 	phases.end(PhaseVersion)
 
@@ -210,7 +222,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	applyOpts := []tfexec.ApplyOption{tfexec.VarFile(varsFile), lockTimeout}
 	destroyOpts := []tfexec.DestroyOption{tfexec.VarFile(varsFile), lockTimeout}
 	var providers runProviders
-	if !req.TofuStartsProviders {
+	if req.Shortcuts {
 		providers = startRunProviders(ctx, moduleDir, env, out)
 	}
 	if r := providers.reattach(); r != nil {

@@ -35,6 +35,25 @@ const SupportedTofu = ">= 1.12.0, < 2.0.0"
 
 var supportedTofu = version.MustConstraints(version.NewConstraint(SupportedTofu))
 
+// ShortcutsTofu is the range of tofu versions Request.Shortcuts was written for and tested
+// with: the fast paths read and write files whose format tofu does not promise to keep, so
+// each tofu minor release is admitted only once the executor contract suite passes on it with
+// and without them.
+const ShortcutsTofu = ">= 1.12.0, < 1.13.0"
+
+var shortcutsTofu = version.MustConstraints(version.NewConstraint(ShortcutsTofu))
+
+// errShortcutsTofu marks a tofu that Request.Shortcuts was not written for.
+var errShortcutsTofu = errors.New("runner shortcuts")
+
+// checkShortcutsTofu fails with errShortcutsTofu when v is outside ShortcutsTofu.
+func checkShortcutsTofu(v *version.Version) error {
+	if v == nil || !shortcutsTofu.Check(v) {
+		return fmt.Errorf("%w are written for tofu %s, not %s: this run uses tofu's public surface only", errShortcutsTofu, ShortcutsTofu, v)
+	}
+	return nil
+}
+
 // ErrUnsupportedTofu marks a tofu binary that cannot be found, run or is outside
 // SupportedTofu.
 var ErrUnsupportedTofu = errors.New("unsupported tofu")
@@ -114,6 +133,11 @@ func tofuVersion(ctx context.Context, path string) (*version.Version, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tofu version -json: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
+	return parseTofuVersion(out)
+}
+
+// parseTofuVersion reads the version of `tofu version -json`'s output.
+func parseTofuVersion(out []byte) (*version.Version, error) {
 	var reported struct {
 		Version string `json:"terraform_version"`
 	}

@@ -129,8 +129,8 @@ func (f *floorRuns) request(claim string) tfrunner.Request {
 	req := tfrunner.Request{
 		Name: claim + "-apply", Operation: tfrunner.Apply, ModuleDir: f.module,
 		WorkDir:  filepath.Join(f.dir, "runs", claim),
-		CacheDir: f.runner.cacheDir,
-		Backend:  tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(claim), "default")},
+		CacheDir: f.runner.cacheDir, Shortcuts: true,
+		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(claim), "default")},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: claim, tfrunner.VarNodeType: "bench", tfrunner.VarZone: benchZone,
 			tfrunner.VarUserData: "#cloud-config\n", tfrunner.VarLabels: map[string]string{karpv1.NodePoolLabelKey: benchPool},

@@ -98,8 +98,8 @@ func BenchmarkRunPhases(b *testing.B) {
 		return tfrunner.Request{
 			Name: name, Operation: op, ModuleDir: filepath.Join(rn.build.modules(), "sim"),
 			WorkDir:  filepath.Join(dir, "runs", name),
-			CacheDir: cache,
-			Backend:  tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(claim), "default")},
+			CacheDir: cache, Shortcuts: true,
+			Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(claim), "default")},
 			Variables: map[string]any{
 				tfrunner.VarNodeName: claim, tfrunner.VarNodeType: "bench", tfrunner.VarZone: "sim-a",
 				tfrunner.VarUserData: "#cloud-config\n", tfrunner.VarLabels: map[string]string{},

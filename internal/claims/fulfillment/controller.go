@@ -50,9 +50,8 @@ type Options struct {
 	StateNamespace string
 	// TofuPath is the tofu binary runners use.
 	TofuPath string
-	// TofuStartsProviders leaves starting the providers to tofu, once per step of a run,
-	// instead of the runner starting each once per run (tfrunner.Request.TofuStartsProviders).
-	TofuStartsProviders bool
+	// RunnerShortcuts turns on the runner's fast paths (tfrunner.Request.Shortcuts).
+	RunnerShortcuts bool
 	// RunEnv is extra environment for every run (e.g. KUBECONFIG for the kubernetes backend
 	// when runs are local processes).
 	RunEnv map[string]string
@@ -93,7 +92,7 @@ func NewController(o Options) *Controller {
 		o.MaxApplyAttempts = 3
 	}
 	runs := run.New(run.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Executor: o.Executor, Unavailable: o.Unavailable,
-		Namespace: o.Namespace, StateNamespace: o.StateNamespace, TofuPath: o.TofuPath, TofuStartsProviders: o.TofuStartsProviders,
+		Namespace: o.Namespace, StateNamespace: o.StateNamespace, TofuPath: o.TofuPath, RunnerShortcuts: o.RunnerShortcuts,
 		RunEnv: o.RunEnv, RetryBackoff: o.RetryBackoff, DestroyDeadline: o.DestroyDeadline, ClusterName: o.ClusterName})
 	apply := applyRuns(runs, o.Clock, o.MaxApplyAttempts)
 	c := &Controller{kube: o.Kube, clock: o.Clock, recorder: o.Recorder, runs: runs}

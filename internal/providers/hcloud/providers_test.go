@@ -50,9 +50,9 @@ func countingMirror(t *testing.T) (rc string, launches func() []string) {
 }
 
 // TestModuleProviderProcesses counts the hcloud provider's processes per run of
-// modules/hetzner-cloud against the stand-in: one per run by default (the runner's, which tofu
-// reattaches to for every step), several when tofu starts them itself (TofuStartsProviders,
-// or a module with a second, aliased hcloud configuration). Each run creates or deletes its
+// modules/hetzner-cloud against the stand-in: one per run with the runner shortcuts (the
+// runner's, which tofu reattaches to for every step), several when tofu starts them itself (by
+// default, or with the shortcuts for a module with a second, aliased hcloud configuration). Each run creates or deletes its
 // server either way.
 func TestModuleProviderProcesses(t *testing.T) {
 	t.Parallel()
@@ -86,14 +86,14 @@ func TestModuleProviderProcesses(t *testing.T) {
 		notSharedBy string
 	}{
 		{name: "one process per run", oneProcess: true},
-		{name: "tofu starts them", tofuStarts: true},
+		{name: "tofu starts them by default", tofuStarts: true},
 		{name: "an aliased configuration", module: aliased, notSharedBy: "alias hcloud.other"},
 	} {
 		node := "providers-" + strings.ReplaceAll(tc.name, " ", "-")
 		data, _ := userData(ctx, t, node)
 		req := moduleRequest(t, s, node, "nbg1", "cx23", nil, data)
 		req.Env["TF_CLI_CONFIG_FILE"] = rc
-		req.TofuStartsProviders = tc.tofuStarts
+		req.Shortcuts = !tc.tofuStarts
 		if tc.module != "" {
 			req.ModuleDir = tc.module
 		}

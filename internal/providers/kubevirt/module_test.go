@@ -46,7 +46,8 @@ const testMainEnv = "KUBEVIRT_MODULE_TEST_MAIN"
 
 var controlPlane *testenv.ControlPlane
 
-// moduleCache is the module cache the runs share, as a local executor's runs do: the kubectl
+// moduleCache is the module cache the runs share, as a local executor's runs with the runner
+// shortcuts do (tfrunner.Request.Shortcuts): the kubectl
 // provider is installed once into it and read by every run.
 var moduleCache string
 
@@ -149,7 +150,7 @@ func request(t *testing.T, name string, op tfrunner.Operation, in infra, userDat
 		p[k] = v
 	}
 	return tfrunner.Request{
-		Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: t.TempDir(), CacheDir: moduleCache,
+		Name: name + "-" + string(op), Operation: op, ModuleDir: module, WorkDir: t.TempDir(), CacheDir: moduleCache, Shortcuts: true,
 		Backend: tfrunner.Backend{Type: "kubernetes", Config: statelock.KubernetesBackend(statelock.Key(name), "default")},
 		Variables: map[string]any{
 			tfrunner.VarNodeName: name, tfrunner.VarNodeType: "kv-small", tfrunner.VarZone: "infra-a",

@@ -148,14 +148,17 @@ func RunnerBeside(exe string) ([]string, []string) {
 	return []string{exe, "run"}, env
 }
 
-// Start implements Executor. Request.WorkDir is replaced by the run's folder, and
-// Request.CacheDir by the executor's module cache.
+// Start implements Executor. Request.WorkDir is replaced by the run's folder, and, for a
+// request with Shortcuts, Request.CacheDir by the executor's module cache.
 func (e *Local) Start(ctx context.Context, req tfrunner.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	dir := e.runDir(req.Name)
-	req.WorkDir, req.CacheDir = dir, e.cacheDir()
+	req.WorkDir, req.CacheDir = dir, ""
+	if req.Shortcuts {
+		req.CacheDir = e.cacheDir()
+	}
 	if err := req.Validate(); err != nil {
 		return err
 	}

@@ -89,9 +89,9 @@ func (r *Runs) request(ctx context.Context, c *Claim, op tfrunner.Operation, att
 			tfrunner.VarLabels:     labels,
 			tfrunner.VarParameters: params,
 		},
-		Env:                 env,
-		TofuPath:            r.opts.TofuPath,
-		TofuStartsProviders: r.opts.TofuStartsProviders,
+		Env:       env,
+		TofuPath:  r.opts.TofuPath,
+		Shortcuts: r.opts.RunnerShortcuts,
 		// The runner Job and its pod carry the claim's name: kubectl get jobs -l karpenter.sh/nodeclaim=<claim>;
 		// and its UID, so that an earlier claim's run of the same name is never taken for this one's.
 		Labels:      map[string]string{keys.LabelNodeClaim: c.F.Name, keys.LabelNodeClaimUID: c.F.Spec.NodeClaimUID},

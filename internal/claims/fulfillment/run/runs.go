@@ -68,9 +68,8 @@ type Options struct {
 	StateNamespace string
 	// TofuPath is the tofu binary runners use.
 	TofuPath string
-	// TofuStartsProviders leaves starting the providers to tofu, once per step of a run,
-	// instead of the runner starting each once per run (tfrunner.Request.TofuStartsProviders).
-	TofuStartsProviders bool
+	// RunnerShortcuts turns on the runner's fast paths (tfrunner.Request.Shortcuts).
+	RunnerShortcuts bool
 	// RunEnv is extra environment for every run (e.g. KUBECONFIG for the kubernetes backend
 	// when runs are local processes).
 	RunEnv map[string]string
