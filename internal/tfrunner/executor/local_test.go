@@ -6,6 +6,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,8 +90,12 @@ func TestLocalExecutorRunSucceeds(t *testing.T) {
 	if n := runners(t, reqPath); n != 1 {
 		t.Errorf("%d runners, want 1", n)
 	}
-	if info, err := os.Stat(reqPath); err != nil || info.Mode().Perm() != 0o600 {
-		t.Errorf("request file: %v, %v", info, err)
+	// The runner removes the request once it has read it (--remove-request); until then only
+	// its owner may read it.
+	if info, err := os.Stat(reqPath); err == nil && info.Mode().Perm() != 0o600 {
+		t.Errorf("request file mode %v, want 0600", info.Mode().Perm())
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("request file: %v", err)
 	}
 
 	testenv.Eventually(t, 40*time.Second, "the run to finish", func() bool {
@@ -111,6 +116,9 @@ func TestLocalExecutorRunSucceeds(t *testing.T) {
 		t.Errorf("run log:\n%s", log)
 	}
 	assertNoSecret(t, "run.log", log)
+	if _, err := os.Stat(reqPath); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the request, with its user data, outlived the run: %v", err)
+	}
 }
 
 // A run outlives the executor that started it: another executor on the same folder (a
