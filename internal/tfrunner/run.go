@@ -31,6 +31,7 @@ const TofuInterruptGrace = 60 * time.Second
 // Files and folders inside Request.WorkDir.
 const (
 	moduleSubdir    = "module"
+	packageSubdir   = "package" // a fetched package whose subdirectory is the module
 	fetchSubdir     = "fetch"
 	homeSubdir      = "home"
 	varsFileName    = "fulfiller.tfvars.json"
@@ -115,6 +116,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	if req.TofuPath, err = LocateTofu(ctx, req.TofuPath); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
+	copied := false // moduleDir holds the module already
 	if req.ModuleSource != "" {
 		out.note("info", "fetching module "+req.ModuleSource+" (tofu get)")
 		fetched, err := FetchModule(ctx, req.TofuPath, req.ModuleSource, filepath.Join(req.WorkDir, fetchSubdir), env)
@@ -123,6 +125,15 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 		}
 		req.ModuleDir = fetched.Dir
 		out.note("info", "fetched module "+fetched.Digest+commitNote(fetched.Commit))
+		if fetched.Package != fetched.Dir {
+			// The module is a subdirectory of what tofu fetched and may use the package's
+			// other folders: the run copies the whole package, then works in the module.
+			rel, _ := filepath.Rel(fetched.Package, fetched.Dir)
+			if err := prepareModule(fetched.Package, filepath.Join(req.WorkDir, packageSubdir)); err != nil {
+				return err
+			}
+			moduleDir, copied = filepath.Join(req.WorkDir, packageSubdir, rel), true
+		}
 	}
 	if req.ModuleDigest != "" {
 		digest, err := ModuleDigest(req.ModuleDir)
@@ -139,7 +150,7 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	}
 	tofu := req.TofuPath
 	var cache *cachedRun
-	if cacheable(req) {
+	if cacheable(req) && !copied {
 		cache, err = useModuleCache(ctx, req, env, moduleDir, out, phases)
 		if errors.Is(err, errShortcutsTofu) {
 			out.note("warn", err.Error())
@@ -151,8 +162,10 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	if cache != nil {
 		tofu = cache.tofu
 	} else {
-		if err := prepareModule(req.ModuleDir, moduleDir); err != nil {
-			return err
+		if !copied {
+			if err := prepareModule(req.ModuleDir, moduleDir); err != nil {
+				return err
+			}
 		}
 		if err := writeBackendFile(moduleDir, req.Backend); err != nil {
 			return err

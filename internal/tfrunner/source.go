@@ -52,6 +52,11 @@ type ResolvedModule struct {
 	// Dir is the module's folder on this machine: the source for a local one, else inside
 	// the folder FetchModule was given.
 	Dir string `json:"-"`
+	// Package is the folder of the whole package tofu fetched, of which Dir is the module's
+	// subdirectory (a source's //subdir); Dir itself when the source names none, and for a
+	// local one. A module may refer to its package's other folders (source = "../shared"),
+	// so a run works in a copy of the package.
+	Package string `json:"-"`
 }
 
 // ErrModuleFetch marks a module source that could not be fetched.
@@ -81,7 +86,7 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 		if err != nil {
 			return nil, err
 		}
-		return &ResolvedModule{Source: source, Pinned: source, Digest: digest, Dir: source}, nil
+		return &ResolvedModule{Source: source, Pinned: source, Digest: digest, Dir: source, Package: source}, nil
 	}
 	if err := checkRemoteSource(source); err != nil {
 		return nil, err
@@ -120,8 +125,12 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 	if err != nil {
 		return nil, err
 	}
-	res := &ResolvedModule{Source: source, Pinned: source, Digest: digest, Dir: modDir}
-	if commit, ok := gitCommit(ctx, filepath.Join(dir, dataDir, "modules", fetchCallName), env); ok {
+	res := &ResolvedModule{Source: source, Pinned: source, Digest: digest, Dir: modDir, Package: modDir}
+	pkg := filepath.Join(dir, dataDir, "modules", fetchCallName)
+	if rel, err := filepath.Rel(pkg, modDir); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+		res.Package = pkg
+	}
+	if commit, ok := gitCommit(ctx, pkg, env); ok {
 		res.Commit = commit
 		res.Pinned = pinGitRef(source, commit)
 	}

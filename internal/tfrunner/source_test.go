@@ -151,6 +151,53 @@ func TestRunGitSourcePinnedByDigest(t *testing.T) {
 	}
 }
 
+// A module in a subdirectory of a git repository (//node) may call a module of another of
+// its folders (source = "../shared"), as tofu allows: the run has the whole package.
+func TestRunGitSubdirUsesItsPackage(t *testing.T) {
+	module := t.TempDir()
+	if err := copyTree(moduleDir(t, "node"), module); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(module, "shared.tf"), "module \"shared\" {\n  source = \"../shared\"\n}\n\noutput \"shared\" {\n  value = module.shared.greeting\n}\n")
+	shared := t.TempDir()
+	writeTestFile(t, filepath.Join(shared, "main.tf"), "output \"greeting\" {\n  value = \"from the package\"\n}\n")
+	repo := testenv.NewGitRepo(t)
+	repo.Commit(shared, "shared", "v1")
+	repo.Commit(module, "node", "v1")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+	state, record := filepath.Join(tmp, "state.tfstate"), filepath.Join(tmp, "record")
+	if err := os.Mkdir(record, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	req := nodeRequest(t, "node-subdir", "node", state, map[string]string{"record_dir": record})
+	req.ModuleDir, req.ModuleSource = "", "git::file://"+repo.Bare+"//node?ref=v1"
+	var log testenv.SyncBuffer
+	res := Run(ctx, req, &log, testRules)
+	if !res.Succeeded {
+		t.Fatalf("apply of %s failed: %+v\n%s", req.ModuleSource, res.Error, log.String())
+	}
+	if got := string(res.Outputs["shared"]); got != `"from the package"` {
+		t.Errorf("output shared is %s, want the sibling module's", got)
+	}
+	destroy := req
+	destroy.WorkDir, destroy.Operation = t.TempDir(), Destroy
+	if res := Run(ctx, destroy, io.Discard, testRules); !res.Succeeded {
+		t.Fatalf("destroy failed: %+v", res.Error)
+	}
+	if _, err := os.Stat(filepath.Join(record, "destroyed")); err != nil {
+		t.Errorf("the machine was not destroyed: %v", err)
+	}
+}
+
+func writeTestFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An HTTP archive is fetched and unpacked by tofu; its digest is its files'.
 func TestFetchModuleHTTPArchive(t *testing.T) {
 	archive := filepath.Join(t.TempDir(), "node.tar.gz")
