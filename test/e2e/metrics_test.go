@@ -109,6 +109,11 @@ func assertBurstMetrics(t *testing.T, ffs []v1alpha1.Fulfillment) {
 		{"fulfiller_nodeclaims", []string{`phase="Ready"`}, claims},
 		{"fulfiller_runs_in_flight", nil, 0},
 		{"fulfiller_nodeclaim_hourly_cost", nil, price},
+		// One join token per claim, revoked once its Node registered; no claim's state lock
+		// was held by another.
+		{"fulfiller_bootstrap_tokens_total", []string{`event="minted"`}, claims},
+		{"fulfiller_bootstrap_tokens_total", []string{`event="revoked"`}, claims},
+		{"fulfiller_state_lock_waits_total", nil, 0},
 	} {
 		got, _ := sumOf(m, c.metric, append([]string{inClass}, c.labels...)...)
 		if math.Abs(got-c.want) > 1e-6 {

@@ -6,6 +6,7 @@ package fulfillment
 import (
 	"time"
 
+	"github.com/awslabs/operatorpkg/status"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -90,11 +91,37 @@ var (
 		Namespace: "fulfiller", Subsystem: "runs", Name: "retries_total",
 		Help: "Runs started again after a failed attempt of the same operation, by operation.",
 	}, labelNames("operation"))
+	bootstrapTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fulfiller", Subsystem: "bootstrap", Name: "tokens_total",
+		Help: "Claims' bootstrap tokens by event: minted, extended (an unjoined claim's expiry pushed out), revoked (once its Node registered).",
+	}, labelNames("event"))
+	bootReports = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fulfiller", Subsystem: "bootstrap", Name: "reports_total",
+		Help: "Boot stages machines reported (Installing, Joining, Failed), each counted when the claim's Joined condition first showed it.",
+	}, labelNames("stage"))
+	lockWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "fulfiller", Subsystem: "state_lock", Name: "waits_total",
+		Help: "Times a claim's run found its state lock held and waited for it (status.lockHolder set).",
+	}, labelNames())
 )
+
+// Token events (bootstrapTokens' event label).
+const (
+	tokenMinted   = "minted"
+	tokenExtended = "extended"
+	tokenRevoked  = "revoked"
+)
+
+// bootStageOf is the boot stage a machine reported that the Joined condition's reason shows.
+var bootStageOf = map[string]string{
+	v1alpha1.ReasonInstalling:      v1alpha1.BootStageInstalling,
+	v1alpha1.ReasonJoining:         v1alpha1.BootStageJoining,
+	v1alpha1.ReasonBootstrapFailed: v1alpha1.BootStageFailed,
+}
 
 func init() {
 	crmetrics.Registry.MustRegister(gateTimeouts, gateDuration, applyQueueDuration, registrationDuration,
-		initializationDuration, destroyDuration, runDuration, runsTotal, runRetries)
+		initializationDuration, destroyDuration, runDuration, runsTotal, runRetries, bootstrapTokens, bootReports, lockWaits)
 }
 
 // observation is one metric sample a status change makes.
@@ -132,6 +159,23 @@ func observeChanges(before, after *v1alpha1.Fulfillment, family string) []observ
 	span(initializationDuration, b.Initialized, a.Registered, a.Initialized)
 	span(destroyDuration, b.Destroyed, a.DestroyStarted, a.Destroyed)
 
+	if id := after.Status.TokenID; id != "" && id != before.Status.TokenID {
+		out = append(out, observation{counter: bootstrapTokens, labels: with(l, "event", tokenMinted), value: 1})
+	}
+	wasJoined, joined := condition(before, v1alpha1.ConditionJoined), condition(after, v1alpha1.ConditionJoined)
+	if joined != nil && joined.IsTrue() && (wasJoined == nil || !wasJoined.IsTrue()) && after.Status.TokenID != "" {
+		// The join stage revokes the token in the reconcile that sees the Node.
+		out = append(out, observation{counter: bootstrapTokens, labels: with(l, "event", tokenRevoked), value: 1})
+	}
+	if joined != nil && (wasJoined == nil || wasJoined.Reason != joined.Reason) {
+		if stage, ok := bootStageOf[joined.Reason]; ok {
+			out = append(out, observation{counter: bootReports, labels: with(l, "stage", stage), value: 1})
+		}
+	}
+	if before.Status.LockHolder == nil && after.Status.LockHolder != nil {
+		out = append(out, observation{counter: lockWaits, labels: l, value: 1})
+	}
+
 	old := map[string]v1alpha1.Run{}
 	for _, r := range before.Status.Runs {
 		old[r.Name] = r
@@ -159,4 +203,14 @@ func seconds(d time.Duration) float64 {
 		return 0
 	}
 	return d.Seconds()
+}
+
+// condition is f's condition of type t, or nil.
+func condition(f *v1alpha1.Fulfillment, t string) *status.Condition {
+	for i := range f.Status.Conditions {
+		if f.Status.Conditions[i].Type == t {
+			return &f.Status.Conditions[i]
+		}
+	}
+	return nil
 }

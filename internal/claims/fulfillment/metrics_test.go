@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awslabs/operatorpkg/status"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,7 +39,7 @@ func TestObserveChanges(t *testing.T) {
 		for _, c := range []struct {
 			c *prometheus.CounterVec
 			n string
-		}{{runsTotal, "runs"}, {runRetries, "retries"}} {
+		}{{runsTotal, "runs"}, {runRetries, "retries"}, {bootstrapTokens, "tokens"}, {bootReports, "reports"}, {lockWaits, "lockwaits"}} {
 			if o.counter == c.c {
 				return c.n
 			}
@@ -77,6 +78,33 @@ func TestObserveChanges(t *testing.T) {
 		{"registered and initialized in one write", func(_, a *v1alpha1.Fulfillment) {
 			a.Status.Stages.Registered, a.Status.Stages.Initialized = at(90), at(120)
 		}, []sample{{"registration", common, 90}, {"initialization", common, 30}}},
+		{"token minted", func(_, a *v1alpha1.Fulfillment) {
+			a.Status.TokenID = "abc123"
+		}, []sample{{"tokens", with(common, "event", "minted"), 1}}},
+		{"the Node registered: its token is revoked", func(b, a *v1alpha1.Fulfillment) {
+			b.Status.TokenID, a.Status.TokenID = "abc123", "abc123"
+			b.Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionJoined, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonJoining}}
+			a.Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionJoined, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonJoined}}
+		}, []sample{{"tokens", with(common, "event", "revoked"), 1}}},
+		{"a boot stage is counted when it first shows", func(b, a *v1alpha1.Fulfillment) {
+			b.Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionJoined, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonAwaitingNode}}
+			a.Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionJoined, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonInstalling}}
+		}, []sample{{"reports", with(common, "stage", "Installing"), 1}}},
+		{"a boot stage seen again counts nothing", func(b, a *v1alpha1.Fulfillment) {
+			c := status.Condition{Type: v1alpha1.ConditionJoined, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonInstalling}
+			b.Status.Conditions, a.Status.Conditions = []status.Condition{c}, []status.Condition{c}
+		}, nil},
+		{"a failed boot step", func(b, a *v1alpha1.Fulfillment) {
+			b.Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionJoined, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonInstalling}}
+			a.Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionJoined, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonBootstrapFailed}}
+		}, []sample{{"reports", with(common, "stage", "Failed"), 1}}},
+		{"a run waits for a held lock once", func(b, a *v1alpha1.Fulfillment) {
+			a.Status.LockHolder = &v1alpha1.LockHolder{Who: "runner@pod", ID: "lock-1"}
+		}, []sample{{"lockwaits", common, 1}}},
+		{"a lock still held counts nothing", func(b, a *v1alpha1.Fulfillment) {
+			b.Status.LockHolder = &v1alpha1.LockHolder{Who: "runner@pod", ID: "lock-1"}
+			a.Status.LockHolder = &v1alpha1.LockHolder{Who: "runner@pod", ID: "lock-1"}
+		}, nil},
 		{"destroyed", func(b, a *v1alpha1.Fulfillment) {
 			b.Status.Stages.DestroyStarted, a.Status.Stages.DestroyStarted, a.Status.Stages.Destroyed = at(500), at(500), at(545)
 			a.Status.Runs = []v1alpha1.Run{{Name: "c-destroy-1", Operation: "destroy", Attempt: 1, Phase: v1alpha1.RunSucceeded, StartTime: at(501), CompletionTime: at(544)}}

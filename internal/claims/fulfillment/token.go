@@ -72,6 +72,8 @@ func (t *tokenStage) extend(ctx context.Context, s *claimState, secret *corev1.S
 			return time.Time{}, fmt.Errorf("extending bootstrap token: %w", err)
 		}
 		log.FromContext(ctx).Info("extended bootstrap token of unjoined claim", "tokenID", s.F.Status.TokenID, "expires", next.UTC())
+		labels := with(claimLabels(s.F, classFamily(s)), "event", tokenExtended)
+		s.afterWrite = append(s.afterWrite, func() { bootstrapTokens.With(labels).Inc() })
 		expires = next
 	}
 	return expires, nil
