@@ -33,18 +33,24 @@ const failedModuleRetry = 30 * time.Second
 
 // moduleResolver resolves module sources (tfrunner.FetchModule) and keeps what each resolved
 // to, per source and credentials, so that a source is fetched at most once per refresh
-// interval however many classes and reconciles ask for it, not per claim.
+// interval however many classes and reconciles ask for it, not per claim. Sources are
+// fetched in parallel: a slow or unreachable one holds up only the classes that use it.
 type moduleResolver struct {
 	clock   clock.Clock
 	tofu    string // the tofu binary fetches run ("": found on PATH)
 	dir     string // fetches are kept under it
 	refresh time.Duration
+	// fetch is tfrunner's fetch of a source (moduleResolver.fetchSource; a test's stand-in).
+	fetch func(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, string, error)
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards reads, and each moduleRead's used
 	reads map[string]*moduleRead
 }
 
 type moduleRead struct {
+	// mu is held while the source is read: one fetch of a source at a time, the others
+	// waiting for its result. It guards the fields below but used.
+	mu sync.Mutex
 	// good is the last successful resolution (nil before one); failure what the last
 	// attempt failed with (nil after a success), at attempted.
 	good      *tfrunner.ResolvedModule
@@ -66,7 +72,9 @@ func newModuleResolver(clk clock.Clock, tofu, dir string, refresh time.Duration)
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "fulfiller-modules")
 	}
-	return &moduleResolver{clock: clk, tofu: tofu, dir: dir, refresh: refresh, reads: map[string]*moduleRead{}}
+	r := &moduleResolver{clock: clk, tofu: tofu, dir: dir, refresh: refresh, reads: map[string]*moduleRead{}}
+	r.fetch = r.fetchSource
+	return r
 }
 
 // resolve is what source resolved to with the environment env (the class's credentials): the
@@ -74,24 +82,10 @@ func newModuleResolver(clk clock.Clock, tofu, dir string, refresh time.Duration)
 // refresh keeps the last good resolution (and logs the failure); with none, the failure is
 // returned, retried after failedModuleRetry.
 func (r *moduleResolver) resolve(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, time.Time, error) {
-	key := resolveKey(source, env)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	rd := r.entry(resolveKey(source, env))
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
 	now := r.clock.Now()
-	for k, old := range r.reads {
-		if k != key && now.Sub(old.used) > forgetAfter*r.refresh {
-			if old.fetchDir != "" {
-				_ = os.RemoveAll(old.fetchDir)
-			}
-			delete(r.reads, k)
-		}
-	}
-	rd := r.reads[key]
-	if rd == nil {
-		rd = &moduleRead{}
-		r.reads[key] = rd
-	}
-	rd.used = now
 	switch {
 	case rd.good != nil && now.Sub(rd.read) < r.refresh:
 		return rd.good, rd.read, nil
@@ -115,7 +109,32 @@ func (r *moduleResolver) resolve(ctx context.Context, source string, env map[str
 	return got, now, nil
 }
 
-func (r *moduleResolver) fetch(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, string, error) {
+// entry is the record of key, made when missing and marked used now; records no class asked
+// for in forgetAfter refresh intervals go, with their fetches, unless one is being read.
+func (r *moduleResolver) entry(key string) *moduleRead {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	for k, old := range r.reads {
+		if k == key || now.Sub(old.used) <= forgetAfter*r.refresh || !old.mu.TryLock() {
+			continue
+		}
+		if old.fetchDir != "" {
+			_ = os.RemoveAll(old.fetchDir)
+		}
+		delete(r.reads, k)
+		old.mu.Unlock()
+	}
+	rd := r.reads[key]
+	if rd == nil {
+		rd = &moduleRead{}
+		r.reads[key] = rd
+	}
+	rd.used = now
+	return rd
+}
+
+func (r *moduleResolver) fetchSource(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, string, error) {
 	if tfrunner.IsLocalSource(source) {
 		got, err := tfrunner.FetchModule(ctx, r.tofu, source, "", nil)
 		return got, "", err
