@@ -6,6 +6,7 @@ package tfrunner
 import (
 	"bytes"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,8 +33,8 @@ func TestModuleCheckCommand(t *testing.T) {
 		{args: []string{"check", template}, code: 0, stdout: []string{template + ": keeps the module contract\n"}},
 		{args: []string{"check", moduleDir(t, "syntax-error")}, code: 1, stderr: "main.tf:"},
 		{args: []string{"check", filepath.Join(t.TempDir(), "missing")}, code: 2, stderr: "is not a folder"},
-		{args: []string{"check"}, code: 2, stderr: "usage: fulfiller module check [--tofu PATH] DIR|SOURCE"},
-		{args: []string{"lint", template}, code: 2, stderr: "usage: fulfiller module check [--tofu PATH] DIR|SOURCE"},
+		{args: []string{"check"}, code: 2, stderr: "usage: fulfiller module check [--tofu PATH] [--apply"},
+		{args: []string{"lint", template}, code: 2, stderr: "usage: fulfiller module check [--tofu PATH] [--apply"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := ModuleMain(tc.args, &stdout, &stderr); code != tc.code {
@@ -89,5 +90,46 @@ func TestModuleCheckCommandPassesShippedModules(t *testing.T) {
 		if code := ModuleMain([]string{"check", filepath.Dir(main)}, &stdout, &stderr); code != 0 {
 			t.Errorf("%s: exit %d\n%s%s", filepath.Dir(main), code, stdout.String(), stderr.String())
 		}
+	}
+}
+
+// `module check --apply` applies a module that keeps the contract once and destroys what it
+// made; a failed apply is destroyed too and exits 1.
+func TestModuleCheckCommandApply(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		params []string
+		code   int
+		stdout []string
+		// destroyed: the module's destroy-time provisioner ran (tofu runs none for a
+		// resource whose creation failed: it is tainted, and destroyed without them)
+		destroyed bool
+	}{
+		{name: "round trip", code: 0, destroyed: true, stdout: []string{": apply made provider ID sim://module-check/", ": destroy removed what the apply made"}},
+		{name: "failed apply", params: []string{"--var", "fail_with=resource_unavailable: sold out"}, code: 1,
+			stdout: []string{": apply failed: ", "sold out", ": destroy removed what the apply made"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			record := t.TempDir()
+			logFile := filepath.Join(t.TempDir(), "runs.log")
+			args := append([]string{"check", "--apply", "--tofu", tofuPath(t), "--log", logFile, "--var", "record_dir=" + record}, tc.params...)
+			args = append(args, moduleDir(t, "node"))
+			var stdout, stderr bytes.Buffer
+			if code := ModuleMain(args, &stdout, &stderr); code != tc.code {
+				t.Fatalf("exit code %d, want %d\nstdout %s\nstderr %s", code, tc.code, stdout.String(), stderr.String())
+			}
+			for _, want := range tc.stdout {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout %q lacks %q", stdout.String(), want)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(record, "destroyed")); tc.destroyed && err != nil {
+				t.Errorf("the destroy did not reach the machine: %v", err)
+			}
+			log := testenv.ReadFile(t, logFile)
+			if !strings.Contains(log, "apply of run module-check-apply-1") || !strings.Contains(log, "destroy of run module-check-destroy-1 succeeded") {
+				t.Errorf("the runs' log:\n%s", log)
+			}
+		})
 	}
 }
