@@ -236,6 +236,39 @@ func TestClientRetriesAfterTheWebserviceRefuses(t *testing.T) {
 	}
 }
 
+// The stand-in records the requests about each server, as a test asserts what was done to
+// a server outside the pool: a read and a reset of 321 are 321's, the listing is nobody's,
+// a read of a server the account does not have is still recorded under its number.
+func TestStandInRecordsRequestsPerServer(t *testing.T) {
+	t.Parallel()
+	api := startAPI(t, nil)
+	addServer(t, api, standin.ServerConfig{Number: 321})
+	addServer(t, api, standin.ServerConfig{Number: 322})
+	ctx := context.Background()
+	c := newClient(t, api, nil)
+	if _, err := c.ListServers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetServer(ctx, 321); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Reset(ctx, 321, robot.ResetSoftware); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetServer(ctx, 999); !robot.IsCode(err, robot.CodeServerNotFound) {
+		t.Fatalf("reading a server the account does not have: %v", err)
+	}
+	if got, want := api.ServerCalls(321), []string{robot.EndpointServer, robot.EndpointReset}; !slices.Equal(got, want) {
+		t.Errorf("server 321: %v, want %v", got, want)
+	}
+	if got := api.ServerCalls(322); len(got) != 0 {
+		t.Errorf("server 322, never asked about: %v", got)
+	}
+	if got, want := api.ServerCalls(999), []string{robot.EndpointServer}; !slices.Equal(got, want) {
+		t.Errorf("server 999: %v, want %v", got, want)
+	}
+}
+
 func count(calls []string, endpoint string) int {
 	n := 0
 	for _, c := range calls {

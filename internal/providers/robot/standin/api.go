@@ -57,11 +57,12 @@ type API struct {
 	srv *http.Server
 	URL string
 
-	mu      sync.Mutex
-	servers map[int]*Server
-	keys    map[string]robot.Key
-	sent    map[string][]time.Time
-	calls   []string
+	mu       sync.Mutex
+	servers  map[int]*Server
+	keys     map[string]robot.Key
+	sent     map[string][]time.Time
+	calls    []string
+	byServer map[int][]string
 }
 
 // StartAPI serves the webservice on a loopback port until Close.
@@ -76,7 +77,7 @@ func StartAPI(cfg APIConfig) (*API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("robot stand-in: %w", err)
 	}
-	a := &API{cfg: cfg, URL: "http://" + ln.Addr().String(), servers: map[int]*Server{}, keys: map[string]robot.Key{}, sent: map[string][]time.Time{}}
+	a := &API{cfg: cfg, URL: "http://" + ln.Addr().String(), servers: map[int]*Server{}, keys: map[string]robot.Key{}, sent: map[string][]time.Time{}, byServer: map[int][]string{}}
 	a.srv = &http.Server{Handler: http.HandlerFunc(a.serve), ReadHeaderTimeout: 10 * time.Second}
 	go a.srv.Serve(ln)
 	return a, nil
@@ -98,6 +99,14 @@ func (a *API) Calls() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]string(nil), a.calls...)
+}
+
+// ServerCalls returns the endpoints called so far about server n (its number in the path:
+// "POST /reset/{server-number}"), in order, whether the server is in the account or not.
+func (a *API) ServerCalls(n int) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.byServer[n]...)
 }
 
 func (a *API) key(fp string) (robot.Key, bool) {
@@ -139,6 +148,12 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		m := rt.pattern.FindStringSubmatch(r.URL.Path)
 		if m == nil || rt.method != r.Method {
 			continue
+		}
+		if strings.Contains(rt.name, "{server-number}") {
+			n, _ := strconv.Atoi(m[1])
+			a.mu.Lock()
+			a.byServer[n] = append(a.byServer[n], rt.name)
+			a.mu.Unlock()
 		}
 		if budget, ok := a.take(rt.name); !ok {
 			writeError(w, http.StatusForbidden, robot.CodeRateLimitExceeded, "rate limit exceeded", map[string]any{

@@ -104,6 +104,8 @@ type Server struct {
 	machineDone chan struct{}
 	events      []string
 	closed      bool
+	held        chan struct{} // while set, boots wait until it is closed
+	stopped     chan struct{} // closed by Close
 }
 
 // NewServer starts a powered-off server with an empty disk and its SSH listener.
@@ -115,7 +117,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.InstalledAddress == "" {
 		cfg.InstalledAddress = "127.0.0.1"
 	}
-	s := &Server{cfg: cfg, ln: ln}
+	s := &Server{cfg: cfg, ln: ln, stopped: make(chan struct{})}
 	go s.accept()
 	return s, nil
 }
@@ -217,6 +219,9 @@ func (s *Server) eventf(format string, args ...any) {
 // Close powers the server off and closes its SSH endpoint.
 func (s *Server) Close() {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stopped)
+	}
 	s.closed = true
 	s.gen++
 	stop := s.powerOffLocked()
@@ -241,7 +246,45 @@ func (s *Server) Reset() {
 	s.eventf("reset")
 	s.mu.Unlock()
 	stop()
-	time.AfterFunc(s.cfg.Timings.Boot, func() { s.boot(gen) })
+	time.AfterFunc(s.cfg.Timings.Boot, func() {
+		s.awaitHold()
+		s.boot(gen)
+	})
+}
+
+// HoldBoots makes the server's boots wait, as a server that hangs in its firmware's
+// self-test does, until the returned function is called or the server is closed: a reset
+// goes through, and whatever it boots answers SSH only after that.
+func (s *Server) HoldBoots() (release func()) {
+	held := make(chan struct{})
+	s.mu.Lock()
+	s.held = held
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.held == held {
+				s.held = nil
+			}
+			s.mu.Unlock()
+			close(held)
+		})
+	}
+}
+
+// awaitHold waits while boots are held.
+func (s *Server) awaitHold() {
+	s.mu.Lock()
+	held := s.held
+	s.mu.Unlock()
+	if held == nil {
+		return
+	}
+	select {
+	case <-held:
+	case <-s.stopped:
+	}
 }
 
 // resetIf resets the server unless it was power-cycled since gen (a reboot going down).
