@@ -5,6 +5,7 @@ package bootstrap
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,7 +149,7 @@ func TestBootScript(t *testing.T) {
 			}
 			out, err := cmd.CombinedOutput()
 			exit := 0
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 				exit = ee.ExitCode()
 			} else if err != nil {
 				t.Fatal(err)

@@ -137,7 +137,7 @@ func mergeCloudConfig(ours map[string]any, extra string) (map[string]any, error)
 	}
 	user := map[string]any{}
 	if err := yaml.Unmarshal([]byte(extra), &user); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidCloudConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidCloudConfig, err)
 	}
 	out := map[string]any{}
 	for k, v := range ours {

@@ -4,6 +4,7 @@
 package claims
 
 import (
+	"errors"
 	"os/exec"
 	"slices"
 	"strings"
@@ -58,7 +59,7 @@ func goList(t *testing.T) []pkg {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", root+"/...").Output()
 	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			t.Fatalf("go list %s/...: %v\n%s", root, err, ee.Stderr)
 		}
 		t.Fatalf("go list %s/...: %v", root, err)

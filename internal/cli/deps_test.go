@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"errors"
 	"os/exec"
 	"slices"
 	"strings"
@@ -83,7 +84,7 @@ func goListDeps(t *testing.T, main string) []pkg {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", main).Output()
 	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			t.Fatalf("go list -deps %s: %v\n%s", main, err, ee.Stderr)
 		}
 		t.Fatalf("go list -deps %s: %v", main, err)

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 )
 
 // Options configure a control plane. The zero value is a usable default.
@@ -269,7 +271,7 @@ func (cp *ControlPlane) waitFor(ctx context.Context, what string, cond func(cont
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for _, p := range cp.procs {
 			if done, perr := p.Exited(); done {
-				return false, fmt.Errorf("%s exited (%v) while waiting for %s; log tail:\n%s", p.name, perr, what, p.Tail(2000))
+				return false, fmt.Errorf("%s exited (%w) while waiting for %s; log tail:\n%s", p.name, proc.WaitError(perr), what, p.Tail(2000))
 			}
 		}
 		return cond(ctx)

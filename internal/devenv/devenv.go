@@ -136,7 +136,7 @@ func Up(dir string, timeout time.Duration, executor string, hcloud bool) error {
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("the environment exited while starting (%v); see %s:\n%s", err, l.Log(), tail(l.Log(), 3000))
+			return fmt.Errorf("the environment exited while starting (%w); see %s:\n%s", proc.WaitError(err), l.Log(), tail(l.Log(), 3000))
 		case <-deadline:
 			return fmt.Errorf("the environment was not ready after %s; see %s", timeout, l.Log())
 		case <-time.After(200 * time.Millisecond):

@@ -4,6 +4,7 @@
 package proc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -118,5 +119,16 @@ func TestBeside(t *testing.T) {
 				t.Errorf("Beside = %q, %t; want %q, %t", got, ok, want, tc.want)
 			}
 		})
+	}
+}
+
+func TestWaitError(t *testing.T) {
+	if err := WaitError(nil); !errors.Is(err, ErrExitedZero) {
+		t.Errorf("WaitError(nil) = %v, want ErrExitedZero", err)
+	}
+	err := exec.Command("sh", "-c", "exit 3").Run()
+	var exit *exec.ExitError
+	if got := WaitError(err); !errors.As(got, &exit) || exit.ExitCode() != 3 {
+		t.Errorf("WaitError(%v) = %v, want the exit error of status 3", err, got)
 	}
 }

@@ -424,7 +424,7 @@ func parseSubstitution(expr string, extended bool) (substitution, error) {
 		}
 		re, err := regexp.Compile(pattern)
 		if err != nil {
-			return substitution{}, fmt.Errorf("address %q: %v", expr[1:end], err)
+			return substitution{}, fmt.Errorf("address %q: %w", expr[1:end], err)
 		}
 		addr, expr = re, strings.TrimSpace(expr[end+1:])
 	}
@@ -477,7 +477,7 @@ func parseCommand(expr string, extended bool) (substitution, error) {
 	pattern = strings.ReplaceAll(pattern, "\x00", regexp.QuoteMeta(string(delim)))
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		return substitution{}, fmt.Errorf("regex %q: %v", parts[0], err)
+		return substitution{}, fmt.Errorf("regex %q: %w", parts[0], err)
 	}
 	s.re = re
 	var repl strings.Builder

@@ -20,6 +20,7 @@ import (
 	_ "github.com/lib/pq" // the database/sql driver "postgres"
 
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 )
 
 // PostgresBinEnv overrides where the PostgreSQL server binaries (initdb, postgres) are.
@@ -137,7 +138,7 @@ func StartPostgres(ctx context.Context) (pg *Postgres, err error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if exited, perr := pg.proc.Exited(); exited {
-			return nil, fmt.Errorf("postgres exited: %v: %s", perr, pg.proc.Tail(2000))
+			return nil, fmt.Errorf("postgres exited: %w: %s", proc.WaitError(perr), pg.proc.Tail(2000))
 		}
 		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := db.PingContext(pingCtx)

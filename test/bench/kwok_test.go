@@ -23,6 +23,7 @@ import (
 	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
 
 	"github.com/fulfiller-sh/fulfiller/internal/controlplane"
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 )
 
 // kwokEnv is Karpenter's own kwok provider on a control plane of the same binaries as the
@@ -211,7 +212,7 @@ func waitHTTP(ctx context.Context, timeout time.Duration, url string, p *process
 			}
 		}
 		if done, err := p.exited(); done {
-			return fmt.Errorf("the process exited (%v) before %s answered:\n%s", err, url, p.tail(3000))
+			return fmt.Errorf("the process exited (%w) before %s answered:\n%s", proc.WaitError(err), url, p.tail(3000))
 		}
 		select {
 		case <-ctx.Done():

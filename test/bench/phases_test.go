@@ -5,6 +5,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -189,7 +190,14 @@ func runOnce(ctx context.Context, rn phaseRunner, req tfrunner.Request) (runMeas
 	res, err := tfrunner.ReadResult(filepath.Join(req.WorkDir, tfrunner.ResultFileName))
 	if err != nil || !res.Succeeded {
 		log, _ := os.ReadFile(filepath.Join(req.WorkDir, executor.LogFileName))
-		return runMeasure{}, fmt.Errorf("run %s: %v %v %+v\n%s", req.Name, runErr, err, res.Error, log)
+		why := errors.Join(runErr, err)
+		if res.Error != nil {
+			why = errors.Join(why, res.Error)
+		}
+		if why == nil {
+			why = errors.New("the result says it failed, without an error")
+		}
+		return runMeasure{}, fmt.Errorf("run %s: %w\n%s", req.Name, why, log)
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	m := runMeasure{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), phases: res.Phases}

@@ -110,8 +110,12 @@ func (l ociLayout) top() (index, error) {
 	if err != nil {
 		return idx, err
 	}
-	if layoutFile, err := os.ReadFile(filepath.Join(string(l), "oci-layout")); err != nil || !strings.Contains(string(layoutFile), `"imageLayoutVersion"`) {
-		return idx, fmt.Errorf("no oci-layout file: %v", err)
+	layoutFile, err := os.ReadFile(filepath.Join(string(l), "oci-layout"))
+	if err != nil {
+		return idx, fmt.Errorf("no oci-layout file: %w", err)
+	}
+	if !strings.Contains(string(layoutFile), `"imageLayoutVersion"`) {
+		return idx, fmt.Errorf("oci-layout has no imageLayoutVersion: %s", layoutFile)
 	}
 	return idx, json.Unmarshal(data, &idx)
 }

@@ -229,7 +229,7 @@ func (a *api) deleteServer(ctx context.Context, id int64) error {
 // familyError names what the API refused: a token that is wrong or may not read is
 // InvalidCredentials; anything else is returned as it is (the call is made again later).
 func familyError(what string, err error) error {
-	if e, ok := err.(*apiError); ok && (e.code == "unauthorized" || e.code == "forbidden" || e.code == "token_readonly") {
+	if e, ok := errors.AsType[*apiError](err); ok && (e.code == "unauthorized" || e.code == "forbidden" || e.code == "token_readonly") {
 		return family.Errorf(v1alpha1.ReasonInvalidCredentials, "the token may not %s: %s", what, e.Error())
 	}
 	return fmt.Errorf("%s: %w", what, err)

@@ -61,6 +61,9 @@ var (
 	ErrServerChanged = errors.New("server changed since the account was read")
 )
 
+// notStandbyCauses ends the message of ErrNotStandby.
+const notStandbyCauses = "it is in use, outside the pool or by another claim, or was not installed by the fulfiller"
+
 // Recorder keeps what an activation learns about a server (its new host key, its state) in
 // the server's inventory item.
 type Recorder interface {
@@ -188,9 +191,10 @@ func (a *Activator) activateWarm(ctx context.Context, srv *Server, act Activatio
 	}
 	defer c.Close()
 	out, err := c.Run(ctx, CommandState, nil)
-	if state := strings.TrimSpace(string(out)); err != nil || state != StateStandby {
-		return Outcome{}, fmt.Errorf("%w: server %d reports state %q (%v): it is in use, outside the pool or by another claim, or was not installed by the fulfiller",
-			ErrNotStandby, srv.Number, state, err)
+	if state := strings.TrimSpace(string(out)); err != nil {
+		return Outcome{}, fmt.Errorf("%w: server %d reports state %q (%w): %s", ErrNotStandby, srv.Number, state, err, notStandbyCauses)
+	} else if state != StateStandby {
+		return Outcome{}, fmt.Errorf("%w: server %d reports state %q: %s", ErrNotStandby, srv.Number, state, notStandbyCauses)
 	}
 	a.logf("server %d is in standby with the recorded host key %s; delivering the join configuration", srv.Number, ssh.FingerprintSHA256(pinned))
 	if _, err := c.Run(ctx, CommandJoin, bytes.NewReader(act.UserData)); err != nil {

@@ -216,7 +216,7 @@ func WaitSSH(ctx context.Context, target SSHTarget, interval time.Duration) (*SS
 		last = err
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for ssh on %s: %w (last: %v)", target.Addr, ctx.Err(), last)
+			return nil, fmt.Errorf("waiting for ssh on %s: %w (last: %w)", target.Addr, ctx.Err(), last)
 		case <-time.After(interval):
 		}
 	}
