@@ -6,6 +6,7 @@ package devenv
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,7 +52,7 @@ func ApplyFile(ctx context.Context, c client.Client, path string, vars map[strin
 	for {
 		obj := &unstructured.Unstructured{}
 		if err := dec.Decode(&obj.Object); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return fmt.Errorf("decoding %s: %w", path, err)
@@ -59,7 +60,7 @@ func ApplyFile(ctx context.Context, c client.Client, path string, vars map[strin
 		if len(obj.Object) == 0 {
 			continue
 		}
-		if err := c.Patch(ctx, obj, client.Apply, client.ForceOwnership, client.FieldOwner("fulfiller-dev")); err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.ForceOwnership, client.FieldOwner("fulfiller-dev")); err != nil {
 			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}

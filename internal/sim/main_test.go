@@ -172,7 +172,9 @@ func startMachine(t *testing.T, cfg MachineConfig) *machineRun {
 	go func() { r.done <- RunMachine(ctx, cfg, r.log) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Logf("machine stopped: %v", err)
+		}
 	})
 	return r
 }

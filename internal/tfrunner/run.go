@@ -293,7 +293,10 @@ func newTofu(moduleDir, tofu string, env map[string]string, out *runLog) (*tfexe
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	tf.SetStderr(out.stderr())
-	tf.SetWaitDelay(TofuInterruptGrace)
+	// Interrupt first, kill after the grace (terraform-exec refuses this only on Windows).
+	if err := tf.SetWaitDelay(TofuInterruptGrace); err != nil {
+		return nil, fmt.Errorf("setting tofu's interrupt grace: %w", err)
+	}
 	return tf, nil
 }
 

@@ -38,6 +38,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/kubelet"
 )
@@ -103,6 +104,7 @@ func (h *harness) refusesWithoutCRDs(ctx context.Context, t *testing.T) {
 
 // controllerProc is one run of `fulfiller controller` as the installed Deployment runs it.
 type controllerProc struct {
+	t              *testing.T
 	logs           *testenv.SyncBuffer
 	exited         chan error
 	cmd            *exec.Cmd
@@ -139,7 +141,7 @@ func (h *harness) startController(ctx context.Context, t *testing.T) *controller
 		}
 		env = append(env, e.Name+"="+e.Value)
 	}
-	c := &controllerProc{logs: &testenv.SyncBuffer{}, exited: make(chan error, 1),
+	c := &controllerProc{t: t, logs: &testenv.SyncBuffer{}, exited: make(chan error, 1),
 		metrics: "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics", ready: "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/readyz"}
 	c.cmd = exec.Command(h.bin, dep.Spec.Template.Spec.Containers[0].Args...)
 	c.cmd.Env, c.cmd.Stdout, c.cmd.Stderr, c.cmd.Dir = env, c.logs, c.logs, h.dir
@@ -158,12 +160,14 @@ func (c *controllerProc) stop() {
 	}
 	c.stopped = true
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
 	select {
-	case <-c.exited:
+	case err = <-c.exited:
 	case <-time.After(15 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.exited
+		err = <-c.exited
 	}
+	c.t.Logf("controller stopped: %v", proc.WaitError(err))
 }
 
 func (c *controllerProc) fail(t *testing.T, format string, args ...any) {
@@ -181,7 +185,7 @@ func (c *controllerProc) poll(ctx context.Context, t *testing.T, what string, ti
 		select {
 		case err := <-c.exited:
 			c.exited <- err
-			return false, fmt.Errorf("the controller exited: %v", err)
+			return false, fmt.Errorf("the controller exited: %w", proc.WaitError(err))
 		default:
 		}
 		if denied := forbiddenLines(c.logs.String()); len(denied) > 0 {

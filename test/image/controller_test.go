@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fulfiller-sh/fulfiller/internal/proc"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv"
 )
 
@@ -103,12 +104,14 @@ func TestControllerInImage(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
+		var err error
 		select {
-		case <-exited:
+		case err = <-exited:
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			err = <-exited
 		}
+		t.Logf("controller stopped: %v", proc.WaitError(err))
 	})
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
@@ -130,7 +133,7 @@ func TestControllerInImage(t *testing.T) {
 		select {
 		case err := <-exited:
 			exited <- err
-			return false, fmt.Errorf("the controller exited: %v", err)
+			return false, fmt.Errorf("the controller exited: %w", proc.WaitError(err))
 		default:
 		}
 		code, body, err := get(healthPort, "/readyz")

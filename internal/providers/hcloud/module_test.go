@@ -290,7 +290,9 @@ func TestModulePrivateNetworks(t *testing.T) {
 		}
 		t.Logf("API calls of the apply:\n%s", calls(s.Requests()[before:]))
 		var id int64
-		fmt.Sscanf(res.ProviderID, "hcloud://%d", &id)
+		if _, err := fmt.Sscanf(res.ProviderID, "hcloud://%d", &id); err != nil {
+			t.Fatalf("provider ID %q: %v", res.ProviderID, err)
+		}
 		srv, ok := s.Server(id)
 		if !ok || srv.PublicIPv4 != "" || srv.PublicIPv6 != "" || len(srv.PrivateNets) != 1 || !strings.HasPrefix(srv.PrivateNets[0].IP, "10.0.2.") {
 			t.Fatalf("server %+v (the network's last subnet is 10.0.2.0/24)", srv)
@@ -337,7 +339,9 @@ func TestModulePrivateNetworks(t *testing.T) {
 		}
 		t.Logf("API calls of the apply:\n%s", calls(s.Requests()[before:]))
 		var id int64
-		fmt.Sscanf(res.ProviderID, "hcloud://%d", &id)
+		if _, err := fmt.Sscanf(res.ProviderID, "hcloud://%d", &id); err != nil {
+			t.Fatalf("provider ID %q: %v", res.ProviderID, err)
+		}
 		srv, _ := s.Server(id)
 		if len(srv.PrivateNets) != 1 || !strings.HasPrefix(srv.PrivateNets[0].IP, "10.0.1.") || srv.PublicIPv4 == "" {
 			t.Fatalf("server %+v", srv)

@@ -329,8 +329,8 @@ func TestQuarantineAfterTwoFailuresWithEvent(t *testing.T) {
 	}
 	// The keeper probes it: it still says active (used outside the pool): the second failure.
 	m.state[number(id)] = StateActive
-	r := fx.keep(noClaims)
-	r = fx.keep(noClaims) // the probe ran in the background; this round reports it
+	fx.keep(noClaims)      // starts the probe in the background
+	r := fx.keep(noClaims) // reports it
 	it = fx.item(id)
 	if !it.Quarantined() || !strings.Contains(it.QuarantineReason, robotrules.ReasonNotStandby) {
 		t.Fatalf("after two failures: %+v", it)

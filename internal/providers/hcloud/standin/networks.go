@@ -118,6 +118,18 @@ func (s *StandIn) attach(srv *server, n *network, ip string, ipRange *netip.Pref
 	return nil
 }
 
+// releaseAddresses gives back the private addresses attach gave srv. Callers hold s.mu.
+func (s *StandIn) releaseAddresses(srv *server) {
+	for _, pn := range srv.privateNets {
+		n := s.networks[pn.network]
+		if addr, err := netip.ParseAddr(pn.ip); err == nil {
+			delete(n.used, addr)
+		}
+		n.servers = slices.DeleteFunc(n.servers, func(x int64) bool { return x == srv.id })
+	}
+	srv.privateNets = nil
+}
+
 func mac(server, network int64) string {
 	var b [8]byte
 	binary.BigEndian.PutUint32(b[:4], uint32(server))

@@ -402,10 +402,14 @@ func (s *StandIn) create(req createServerRequest) (map[string]any, *apiError) {
 	if enableV6 {
 		srv.ipv6 = &publicIP{id: s.nextID("primary_ip"), ip: fmt.Sprintf("2001:db8:%x::/64", s.addresses)}
 	}
-	s.servers[srv.id] = srv
 	for _, id := range req.Networks {
-		s.attach(srv, s.networks[id], "", nil)
+		if err := s.attach(srv, s.networks[id], "", nil); err != nil {
+			// A full subnet, or a network named twice: the server is not created.
+			s.releaseAddresses(srv)
+			return nil, err
+		}
 	}
+	s.servers[srv.id] = srv
 	ref := jsonResourceRef{ID: srv.id, Type: "server"}
 	createDuration, startDuration := s.faults.createDuration, s.faults.actionDuration
 	create := s.newAction("create_server", createDuration, ref)

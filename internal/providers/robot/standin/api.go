@@ -79,7 +79,7 @@ func StartAPI(cfg APIConfig) (*API, error) {
 	}
 	a := &API{cfg: cfg, URL: "http://" + ln.Addr().String(), servers: map[int]*Server{}, keys: map[string]robot.Key{}, sent: map[string][]time.Time{}, byServer: map[int][]string{}}
 	a.srv = &http.Server{Handler: http.HandlerFunc(a.serve), ReadHeaderTimeout: 10 * time.Second}
-	go a.srv.Serve(ln)
+	go func() { _ = a.srv.Serve(ln) }() // http.ErrServerClosed once Close is called
 	return a, nil
 }
 

@@ -346,8 +346,10 @@ func (s *Server) boot(gen int) {
 func (s *Server) startMachineLocked() {
 	dir := s.cfg.StateDir
 	userData := filepath.Join(dir, "user-data")
-	if err := os.MkdirAll(dir, 0o700); err == nil {
-		err = os.WriteFile(userData, s.disk.userData, 0o600)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.eventf("cloud-init seed not written: %v", err)
+	} else if err := os.WriteFile(userData, s.disk.userData, 0o600); err != nil {
+		s.eventf("cloud-init seed not written: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -651,7 +653,7 @@ func (s *Server) installLocked(gen int, detached bool) (string, string, int, fun
 	ok := <-result
 	s.mu.Lock()
 	if !ok {
-		return "", "ERROR: An error occured while installing the new system!\n", 1, nil
+		return "", "ERROR: An error occurred while installing the new system!\n", 1, nil
 	}
 	return "                Installation complete\n", "", 0, nil
 }
