@@ -12,10 +12,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fulfiller-sh/fulfiller/internal/bootstrap"
 	"github.com/fulfiller-sh/fulfiller/internal/testenv/nodecheck"
-	"sigs.k8s.io/yaml"
 )
 
 func yamlOf(v any) ([]byte, error) { return yaml.Marshal(v) }

@@ -379,8 +379,8 @@ func (c *command) shell() uint8 {
 		return c.errorf(2, "the simulated machine runs sh -c SCRIPT or sh FILE")
 	}
 	err := c.sh.runIn(c.ctx, c.hc.Env, script, name, c.hc.Stdin, c.hc.Stdout, c.hc.Stderr, options, params)
-	if status, ok := interp.IsExitStatus(err); ok {
-		return status
+	if status, ok := errors.AsType[interp.ExitStatus](err); ok {
+		return uint8(status)
 	}
 	if err != nil {
 		return c.errorf(2, "%v", err)

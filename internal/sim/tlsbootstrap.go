@@ -57,7 +57,7 @@ func TLSBootstrap(ctx context.Context, bootstrap *rest.Config, nodeName string) 
 		return Credentials{}, fmt.Errorf("building CSR: %w", err)
 	}
 	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
-	name, uid, err := csr.RequestCertificate(client, csrPEM, "", certificatesv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
+	name, uid, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, "", certificatesv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
 	if err != nil {
 		return Credentials{}, fmt.Errorf("submitting CSR: %w", err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 )
 
-// exitErr stands for what tfexec returns when tofu exits with status 1.
-var exitErr = errors.New("exit status 1")
+// errExit stands for what tfexec returns when tofu exits with status 1.
+var errExit = errors.New("exit status 1")
 
 // fixtureDir holds real tofu `-json` error diagnostics, one file per provoked failure, that
 // TestClassifyFixtures classifies (fixtures_test.go, built with -tags capture, makes them).
@@ -80,7 +80,7 @@ func TestClassifyFixtures(t *testing.T) {
 	} {
 		t.Run(fixture, func(t *testing.T) {
 			diags := readFixture(t, fixture)
-			got := Classify(diags, exitErr, nil)
+			got := Classify(diags, errExit, nil)
 			if got == nil || got.Class != want {
 				t.Fatalf("Classify() = %v, want class %s", got, want)
 			}
@@ -116,22 +116,22 @@ func TestClassify(t *testing.T) {
 		{name: "deadline", err: fmt.Errorf("tofu apply: %w", context.DeadlineExceeded), want: Timeout},
 		{name: "invalid module error", err: fmt.Errorf("%w: no output provider_id", ErrInvalidModule), want: InvalidModule, substr: "no output provider_id"},
 		{name: "invalid request", err: fmt.Errorf("%w: bad env", ErrInvalidRequest), want: InvalidModule},
-		{name: "lock before module errors", diags: []Diagnostic{diag("Unsupported argument", ""), lock}, err: exitErr, want: LockHeld},
-		{name: "module before codes", diags: []Diagnostic{localExec("unauthorized"), diag("Duplicate backend configuration", "")}, err: exitErr, want: InvalidModule},
-		{name: "a cloud's codes are its family's", diags: []Diagnostic{localExec("resource_unavailable: server type cx22 unavailable")}, err: exitErr, want: Unknown},
-		{name: "family rules", diags: []Diagnostic{localExec("resource_unavailable")}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: Capacity},
-		{name: "family rules before generic", diags: []Diagnostic{localExec("503 resource_unavailable")}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: Capacity},
-		{name: "family rules after the lock", diags: []Diagnostic{localExec("resource_unavailable"), lock}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: LockHeld},
-		{name: "generic rules when the family's know nothing", diags: []Diagnostic{localExec("connection refused")}, err: exitErr, rules: codeRules{"resource_unavailable": Capacity}, want: Transient},
-		{name: "family rules explain", diags: []Diagnostic{diag("failed to apply: "+strings.Repeat("context ", 60)+"resource_unavailable here", "")}, err: exitErr,
+		{name: "lock before module errors", diags: []Diagnostic{diag("Unsupported argument", ""), lock}, err: errExit, want: LockHeld},
+		{name: "module before codes", diags: []Diagnostic{localExec("unauthorized"), diag("Duplicate backend configuration", "")}, err: errExit, want: InvalidModule},
+		{name: "a cloud's codes are its family's", diags: []Diagnostic{localExec("resource_unavailable: server type cx22 unavailable")}, err: errExit, want: Unknown},
+		{name: "family rules", diags: []Diagnostic{localExec("resource_unavailable")}, err: errExit, rules: codeRules{"resource_unavailable": Capacity}, want: Capacity},
+		{name: "family rules before generic", diags: []Diagnostic{localExec("503 resource_unavailable")}, err: errExit, rules: codeRules{"resource_unavailable": Capacity}, want: Capacity},
+		{name: "family rules after the lock", diags: []Diagnostic{localExec("resource_unavailable"), lock}, err: errExit, rules: codeRules{"resource_unavailable": Capacity}, want: LockHeld},
+		{name: "generic rules when the family's know nothing", diags: []Diagnostic{localExec("connection refused")}, err: errExit, rules: codeRules{"resource_unavailable": Capacity}, want: Transient},
+		{name: "family rules explain", diags: []Diagnostic{diag("failed to apply: "+strings.Repeat("context ", 60)+"resource_unavailable here", "")}, err: errExit,
 			rules: explainingRules{codeRules{"resource_unavailable": Capacity}}, want: Capacity, substr: "resource_unavailable here"},
-		{name: "an empty explanation keeps the text", diags: []Diagnostic{localExec("resource_unavailable")}, err: exitErr,
+		{name: "an empty explanation keeps the text", diags: []Diagnostic{localExec("resource_unavailable")}, err: errExit,
 			rules: explainingRules{codeRules{"resource_unavailable": Capacity}}, want: Capacity, substr: "resource_unavailable"},
-		{name: "credentials before transient", diags: []Diagnostic{localExec("401 after timeout")}, err: exitErr, want: Credentials},
-		{name: "numbers are whole words", diags: []Diagnostic{localExec("server 4012 failed")}, err: exitErr, want: Unknown},
-		{name: "command line is not output", diags: []Diagnostic{localExec("boom")}, err: exitErr, want: Unknown, substr: "boom"},
-		{name: "backend error", diags: []Diagnostic{diag("Error loading state", `secrets "tfstate-default-x" is forbidden: User "system:serviceaccount:x:y" cannot get resource "secrets"`)}, err: exitErr, want: Credentials},
-		{name: "backend unreachable", diags: []Diagnostic{diag("Error loading state", "dial tcp 10.0.0.1:6443: connect: connection refused")}, err: exitErr, want: Transient},
+		{name: "credentials before transient", diags: []Diagnostic{localExec("401 after timeout")}, err: errExit, want: Credentials},
+		{name: "numbers are whole words", diags: []Diagnostic{localExec("server 4012 failed")}, err: errExit, want: Unknown},
+		{name: "command line is not output", diags: []Diagnostic{localExec("boom")}, err: errExit, want: Unknown, substr: "boom"},
+		{name: "backend error", diags: []Diagnostic{diag("Error loading state", `secrets "tfstate-default-x" is forbidden: User "system:serviceaccount:x:y" cannot get resource "secrets"`)}, err: errExit, want: Credentials},
+		{name: "backend unreachable", diags: []Diagnostic{diag("Error loading state", "dial tcp 10.0.0.1:6443: connect: connection refused")}, err: errExit, want: Transient},
 		{name: "no diagnostics", err: errors.New("exit status 2\nError: something on stderr"), want: Unknown, substr: "exit status 2 Error: something on stderr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,7 +150,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestClassifyBoundsMessage(t *testing.T) {
-	got := Classify([]Diagnostic{{Severity: "error", Summary: "boom", Detail: strings.Repeat("é\n", 400)}}, exitErr, nil)
+	got := Classify([]Diagnostic{{Severity: "error", Summary: "boom", Detail: strings.Repeat("é\n", 400)}}, errExit, nil)
 	if len(got.Message) > v1alpha1.MaxMessageLength || strings.Contains(got.Message, "\n") || !strings.HasSuffix(got.Message, "…") {
 		t.Errorf("message (%d bytes) = %q", len(got.Message), got.Message)
 	}

@@ -70,7 +70,7 @@ func (a *applyStage) succeeded(s *claimState, res *tfrunner.Result) (reconcile.R
 	s.F.Status.Stages.Applied = &now
 	s.Conds.SetTrueWithReason(v1alpha1.ConditionApplied, v1alpha1.ReasonApplied, "machine "+providerID+" created")
 	s.Events = append(s.Events, appliedEvent(s.F, providerID))
-	return reconcile.Result{Requeue: true}, nil
+	return reconcile.Result{}, nil
 }
 
 // reportOverdue says so on the Applied condition, with one event, once an apply runs past its

@@ -23,10 +23,8 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
-	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor/fake"
 )
 
@@ -187,16 +185,4 @@ func (e *env) writeState(name string) {
 	e.t.Helper()
 	f := e.fulfillment(name)
 	test.ExpectApplied(e.t, e.kube, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: statelock.Key(f.Spec.StateKey).SecretName()}})
-}
-
-// withRun records a run of the claim in its status, as the apply stage does.
-func withRun(op tfrunner.Operation, attempt int, phase v1alpha1.RunPhase, class tfrunner.ErrorClass, finished time.Time) func(*v1alpha1.Fulfillment) {
-	return func(f *v1alpha1.Fulfillment) {
-		run := v1alpha1.Run{Name: run.Name(f, op, attempt), Operation: string(op), Attempt: attempt, Phase: phase, ErrorClass: string(class)}
-		if phase != v1alpha1.RunRunning {
-			done := metav1.NewTime(finished)
-			run.CompletionTime = &done
-		}
-		f.Status.Runs = append(f.Status.Runs, run)
-	}
 }

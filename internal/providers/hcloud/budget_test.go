@@ -4,7 +4,6 @@
 package hcloud
 
 import (
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // TestAPIDemands: runs with one token share their project's hourly budget, another token is

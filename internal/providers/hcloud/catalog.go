@@ -71,7 +71,7 @@ func catalogType(st *schema.ServerType, gross bool) (family.CatalogType, error) 
 		},
 		UserDataLimit: &userDataLimit,
 	}
-	deprecated := st.Deprecated || st.Deprecation != nil
+	deprecated := st.Deprecation != nil
 	available := map[string]bool{}
 	for _, l := range st.Locations {
 		available[l.Name] = l.Available && l.Deprecation == nil

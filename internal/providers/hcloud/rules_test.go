@@ -16,8 +16,8 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
 
-// exitErr stands for what tfexec returns when tofu exits with status 1.
-var exitErr = errors.New("exit status 1")
+// errExit stands for what tfexec returns when tofu exits with status 1.
+var errExit = errors.New("exit status 1")
 
 func readFixture(t *testing.T, name string) []tfrunner.Diagnostic {
 	t.Helper()
@@ -72,7 +72,7 @@ func TestRulesClassifyFixtures(t *testing.T) {
 	} {
 		t.Run(fixture, func(t *testing.T) {
 			diags := readFixture(t, fixture)
-			got := tfrunner.Classify(diags, exitErr, hcloudrules.Rules{})
+			got := tfrunner.Classify(diags, errExit, hcloudrules.Rules{})
 			if got == nil || got.Class != want.family {
 				t.Fatalf("Classify() = %v, want class %s", got, want.family)
 			}
@@ -82,7 +82,7 @@ func TestRulesClassifyFixtures(t *testing.T) {
 			if !strings.HasPrefix(got.Message, diags[0].Summary) {
 				t.Errorf("message %q does not start with the diagnostic's summary", got.Message)
 			}
-			if generic := tfrunner.Classify(diags, exitErr, nil); generic.Class != want.generic {
+			if generic := tfrunner.Classify(diags, errExit, nil); generic.Class != want.generic {
 				t.Errorf("without the family's rules: %s, want %s", generic.Class, want.generic)
 			}
 		})

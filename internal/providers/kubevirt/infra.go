@@ -19,7 +19,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	virtv1 "kubevirt.io/api/core/v1"
@@ -166,9 +165,6 @@ var infraMapper = func() meta.RESTMapper {
 	m.Add(authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectAccessReview"), meta.RESTScopeRoot)
 	return m
 }()
-
-// virtualMachines is the resource the module creates VMs as.
-var virtualMachines = schema.GroupResource{Group: virtv1.SchemeGroupVersion.Group, Resource: "virtualmachines"}
 
 // infraClients keeps one client per infra identity (credentials, or a kubeconfig path: a file
 // whose content changes is read again only after the cache starts over), so that watching

@@ -4,13 +4,13 @@
 package robot
 
 import (
-	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
+	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
 
 // TestAPIDemands: a run takes one request from each endpoint budget it may use, per

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -75,7 +76,7 @@ func New(cfg *rest.Config, conf Config) (*Controller, error) {
 	reader := mgr.GetAPIReader()
 	readThrough := &splitClient{Client: mgr.GetClient(), reader: reader}
 
-	vms := &vmController{client: mgr.GetClient(), recorder: mgr.GetEventRecorderFor("virtualmachine-controller"), cfg: conf, rnd: defaultRand}
+	vms := &vmController{client: mgr.GetClient(), recorder: coreEvents(mgr, "virtualmachine-controller"), cfg: conf, rnd: defaultRand}
 	if err := builder.ControllerManagedBy(mgr).Named("kubevirt-standin-vm").
 		For(&virtv1.VirtualMachine{}).
 		Owns(&virtv1.VirtualMachineInstance{}).
@@ -83,14 +84,14 @@ func New(cfg *rest.Config, conf Config) (*Controller, error) {
 		Complete(vms); err != nil {
 		return nil, fmt.Errorf("building the vm controller: %w", err)
 	}
-	vmis := &vmiController{client: readThrough, recorder: mgr.GetEventRecorderFor("virtualmachineinstance-controller"), cfg: conf, launchers: map[types.UID]*launcher{}}
+	vmis := &vmiController{client: readThrough, recorder: coreEvents(mgr, "virtualmachineinstance-controller"), cfg: conf, launchers: map[types.UID]*launcher{}}
 	if err := builder.ControllerManagedBy(mgr).Named("kubevirt-standin-vmi").
 		For(&virtv1.VirtualMachineInstance{}).
 		Watches(&cdiv1.DataVolume{}, handler.EnqueueRequestsFromMapFunc(vmisOfDataVolume(mgr.GetClient()))).
 		Complete(vmis); err != nil {
 		return nil, fmt.Errorf("building the vmi controller: %w", err)
 	}
-	dvs := &dataVolumeController{client: readThrough, recorder: mgr.GetEventRecorderFor("datavolume-controller"), cfg: conf}
+	dvs := &dataVolumeController{client: readThrough, recorder: coreEvents(mgr, "datavolume-controller"), cfg: conf}
 	if err := builder.ControllerManagedBy(mgr).Named("kubevirt-standin-cdi").
 		For(&cdiv1.DataVolume{}).
 		Complete(dvs); err != nil {
@@ -154,4 +155,10 @@ func uncached(obj runtime.Object) bool {
 		return true
 	}
 	return false
+}
+
+// coreEvents records core/v1 Events as component, the way KubeVirt's virt-controller and CDI
+// record theirs (record.EventRecorder, not the events.k8s.io recorder).
+func coreEvents(mgr manager.Manager, component string) record.EventRecorder {
+	return mgr.GetEventRecorderFor(component) //nolint:staticcheck // SA1019: the old events API is the one KubeVirt's controllers use
 }
