@@ -11,14 +11,14 @@ unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 
-.PHONY: all tools image-tools bench-tools generate chart-crds api-docs docs-check verify-generate build test vet bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
+.PHONY: all tools image-tools bench-tools generate chart-crds api-docs docs-check verify-generate build test test-unit vet lint bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
 
 all: build
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-tools: ## build the pinned tofu, etcd, Kubernetes and helm binaries from source (cached)
+tools: ## build the pinned tofu, etcd, Kubernetes, helm and golangci-lint binaries from source (cached)
 	hack/tools.sh
 
 bench-tools: ## build what only the benchmarks use: Karpenter's kwok provider and the kwok controller (cached)
@@ -87,7 +87,15 @@ vet: ## go vet (the project and the image builder), gofmt and license header che
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@hack/check-headers.sh
 
-test: tools image-tools vet verify-generate ## build the tools, then run every test suite against them (test/image builds the image)
+lint: ## golangci-lint with .golangci.yaml (goimports, govet, staticcheck, errorlint, errcheck, ...) on the project and the image builder; builds the pinned linter first (cached)
+	@TOOLS=golangci-lint hack/tools.sh >/dev/null
+	$(FULFILLER_TOOLS_BIN)/golangci-lint run ./...
+	cd hack/image && $(FULFILLER_TOOLS_BIN)/golangci-lint run ./...
+
+test-unit: ## the inner loop, in seconds: the tests that need no tools and no control plane (hack/unit-packages.sh lists them)
+	pkgs=$$(hack/unit-packages.sh) && go test -count=1 $$pkgs
+
+test: tools image-tools vet lint verify-generate ## build the tools, then run every test suite against them (test/image builds the image)
 	go test $(GO_TEST_FLAGS) ./...
 
 BENCH ?= .

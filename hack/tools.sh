@@ -29,9 +29,12 @@
 # running them the script checks the architecture their build info records. With
 # TOOLS_ARCH unset or this machine's, tools land in $FULFILLER_CACHE/tools as always.
 #
+# golangci-lint (`make lint`, which `make test` runs) is built like the others and is in the
+# default TOOLS; `TOOLS=golangci-lint hack/tools.sh` builds it alone.
+#
 # Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION
 # HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION KARPENTER_VERSION KWOK_VERSION CRD_REF_DOCS_VERSION
-# FULFILLER_CACHE TOOLS TOOLS_ARCH.
+# GOLANGCI_LINT_VERSION FULFILLER_CACHE TOOLS TOOLS_ARCH.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -41,12 +44,13 @@ TOFU_VERSION=${TOFU_VERSION:-1.12.6}
 HELM_VERSION=${HELM_VERSION:-3.22.0}
 CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-0.21.0}
 CRD_REF_DOCS_VERSION=${CRD_REF_DOCS_VERSION:-0.3.0}
+GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-2.15.0}
 HCLOUD_PROVIDER_VERSION=${HCLOUD_PROVIDER_VERSION:-1.58.0}
 KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-1.19.0}
 KARPENTER_VERSION=${KARPENTER_VERSION:-1.15.0}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
-TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm helm controller-gen crd-ref-docs provider-hcloud provider-kubectl"}
+TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm helm controller-gen crd-ref-docs golangci-lint provider-hcloud provider-kubectl"}
 
 export GOWORK=off CGO_ENABLED=0
 unset GOFLAGS
@@ -73,7 +77,7 @@ mkdir -p "$root" "$src" "$bin" "$providers"
 log() { printf 'tools: %s\n' "$*" >&2; }
 
 current_tool=""
-trap 'rc=$?; rm -f "$root"/*.tmp.$$ "$root"/*.tmp.$$.*; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION, crd-ref-docs $CRD_REF_DOCS_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION)"; fi' EXIT
+trap 'rc=$?; rm -f "$root"/*.tmp.$$ "$root"/*.tmp.$$.*; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION, crd-ref-docs $CRD_REF_DOCS_VERSION, golangci-lint $GOLANGCI_LINT_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION)"; fi' EXIT
 
 version_of() {
   case $1 in
@@ -82,6 +86,7 @@ version_of() {
     helm) echo "$HELM_VERSION" ;;
     controller-gen) echo "$CONTROLLER_GEN_VERSION" ;;
     crd-ref-docs) echo "$CRD_REF_DOCS_VERSION" ;;
+    golangci-lint) echo "$GOLANGCI_LINT_VERSION" ;;
     provider-hcloud) echo "$HCLOUD_PROVIDER_VERSION" ;;
     provider-kubectl) echo "$KUBECTL_PROVIDER_VERSION" ;;
     karpenter-kwok) echo "$KARPENTER_VERSION" ;;
@@ -188,6 +193,14 @@ build_crd_ref_docs() {
   go_install "$1" "github.com/elastic/crd-ref-docs@v$CRD_REF_DOCS_VERSION"
 }
 
+# build_golangci_lint OUT: the linter of `make lint`, built with the Go version the project's
+# go.mod names: the linter refuses code of a newer Go than the one it was built with.
+build_golangci_lint() {
+  local go_version
+  go_version=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(dirname "$0")/../go.mod")
+  GOTOOLCHAIN=go$go_version go_install "$1" "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$GOLANGCI_LINT_VERSION"
+}
+
 # build_provider OUT MODULE VERSION [LDFLAGS]: a provider's main package at its module root,
 # built in a writable copy (`go install MODULE@VERSION` would read the module's version list,
 # which the proxy refuses for these modules, although it serves the exact versions).
@@ -257,6 +270,7 @@ for tool in $TOOLS; do
       helm) build_helm "$tmp" ;;
       controller-gen) build_controller_gen "$tmp" ;;
       crd-ref-docs) build_crd_ref_docs "$tmp" ;;
+      golangci-lint) build_golangci_lint "$tmp" ;;
       provider-hcloud) build_provider_hcloud "$tmp" ;;
       provider-kubectl) build_provider_kubectl "$tmp" ;;
       karpenter-kwok) build_karpenter_kwok "$tmp" ;;

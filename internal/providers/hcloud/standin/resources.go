@@ -288,7 +288,7 @@ func fingerprint(publicKey string) (string, error) {
 	if err != nil || len(blob) < 4 {
 		return "", fmt.Errorf("is not an OpenSSH public key")
 	}
-	sum := md5.Sum(blob) //nolint:gosec
+	sum := md5.Sum(blob) //nolint:gosec // the API's SSH key fingerprint is MD5
 	parts := make([]string, len(sum))
 	for i, b := range sum {
 		parts[i] = fmt.Sprintf("%02x", b)

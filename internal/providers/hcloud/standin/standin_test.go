@@ -365,7 +365,7 @@ func TestErrors(t *testing.T) {
 	}
 
 	// Datacenters are gone from the API.
-	if _, _, err := c.Datacenter.List(ctx, hcloud.DatacenterListOpts{}); !hcloud.IsError(err, hcloud.ErrorDeprecatedAPIEndpoint) { //nolint:staticcheck
+	if _, _, err := c.Datacenter.List(ctx, hcloud.DatacenterListOpts{}); !hcloud.IsError(err, hcloud.ErrorDeprecatedAPIEndpoint) { //nolint:staticcheck // SA1019: the removed endpoint, called on purpose
 		t.Errorf("datacenters: %v", err)
 	}
 
