@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sort"
 	"strconv"
@@ -328,7 +329,10 @@ func (f *Family) Keep(ctx context.Context, s family.Scope, live func(ctx context
 			it.Attributes[AttrState] = ""
 		case state == StateReinstalling || state == StateUnverified:
 			if srv, ok := listed[it.ID]; ok {
+				// The check runs beside this round and writes its item's attributes: it gets a
+				// copy of them, not the map this round goes on reading.
 				item := *it
+				item.Attributes = maps.Clone(it.Attributes)
 				f.background(ctx, it.ID, func(ctx context.Context) error { return f.check(ctx, s, m, item, srv) })
 			}
 		}

@@ -65,6 +65,13 @@ func (m *machines) Boot(mc standin.Machine) error {
 	return nil
 }
 
+// machine is what the machine of server id booted with.
+func (m *machines) machine(id int64) standin.Machine {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.booted[id]
+}
+
 func (m *machines) PowerOff(id int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -551,7 +558,7 @@ func TestNetworksAndMetadata(t *testing.T) {
 		len(srv.PublicNet.Firewalls) != 1 || srv.PublicNet.Firewalls[0].Firewall.ID != fw.Firewall.ID {
 		t.Errorf("server: public %+v, private %+v, firewalls %+v", srv.PublicNet.IPv4, srv.PrivateNet, srv.PublicNet.Firewalls)
 	}
-	if mc := m.booted[srv.ID]; !slices.Equal(mc.PrivateIPs, []string{"10.0.1.1"}) || mc.PublicIPv4 != "" {
+	if mc := m.machine(srv.ID); !slices.Equal(mc.PrivateIPs, []string{"10.0.1.1"}) || mc.PublicIPv4 != "" {
 		t.Errorf("machine booted with %+v", mc)
 	}
 
