@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,13 +33,19 @@ const robotImage = "/root/.oldroot/nfs/images/Ubuntu-2404-noble-amd64-base.tar.g
 
 // TestRobotPool: Hetzner Robot servers as node types, through the real controller and
 // Karpenter, with the Robot webservice stand-in and simulated dedicated servers (a 20-minute
-// install takes 2 seconds, a boot 0.2). The pool keeper installs both servers ahead of need;
-// the cold path (20 minutes) exceeds the registration window, so the class says the type is
-// offered only while servers wait in standby. A burst of three pods gets two nodes, warm, registered as hrobot://<n>, each
+// install takes 2 seconds, a boot 0.2). The pool is what the class's discover entry (name
+// prefix e2e-, product AX52) selects of the account, servers 901 and 902; 901 is also
+// declared, with its own SSH address. The account also holds two servers outside the pool, running someone's database: db-903 (the
+// pool's product) and e2e-904 (the prefix, another product). The pool keeper installs both
+// pool servers ahead of need; the controller is killed while the keeper waits for 902's
+// rescue system, and the restarted one installs 902 anew. The cold path (20 minutes) exceeds
+// the registration window, so the class says the type is offered only while servers wait in
+// standby. A burst of three pods gets two nodes, warm, registered as hrobot://<n>, each
 // server leased to one claim; the third pod waits. The pods go away: the nodes are drained
 // and deleted, the servers released, reinstalled in the background and back in standby, their
 // states and leases clean. The controller is killed mid-activation: the claims keep their
-// servers, no apply is repeated, and everything is released again.
+// servers, no apply is repeated, and everything is released again. Throughout, the servers
+// outside the pool get no request of any kind and have no lease.
 func TestRobotPool(t *testing.T) {
 	ctx := ctxFor(t, 16*time.Minute)
 	api, err := standin.StartAPI(standin.APIConfig{User: "#ws+e2e", Password: "e2e robot password"})
@@ -48,10 +55,9 @@ func TestRobotPool(t *testing.T) {
 	t.Cleanup(func() { _ = api.Close() })
 	timings := standin.RealTimings.Scale(600)
 	timings.HeartbeatInterval = 2 * time.Second
-	var servers []v1alpha1.RobotServer
-	for _, n := range []int{901, 902} {
+	newServer := func(n int, name, product string) *standin.Server {
 		srv, err := standin.NewServer(standin.ServerConfig{
-			Number: n, Name: "e2e-" + strconv.Itoa(n), Product: "AX52", DC: "FSN1-DC1", Timings: timings,
+			Number: n, Name: name, Product: product, DC: "FSN1-DC1", Timings: timings,
 			Images: []string{robotImage}, StateDir: t.TempDir(),
 			Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")},
 		})
@@ -60,8 +66,36 @@ func TestRobotPool(t *testing.T) {
 		}
 		t.Cleanup(srv.Close)
 		api.AddServer(srv)
-		servers = append(servers, v1alpha1.RobotServer{Number: int32(n), NodeType: "ax52",
-			SSHAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(srv.SSHPort()))})
+		return srv
+	}
+	declared, discovered := newServer(901, "e2e-901", "AX52"), newServer(902, "e2e-902", "AX52")
+	// 902's boots wait until the controller has been killed while the keeper installs it.
+	releaseBoots := discovered.HoldBoots()
+	t.Cleanup(releaseBoots)
+	// The servers outside the pool run a system that is not the fulfiller's, in use.
+	var foreign []*standin.Server
+	foreignEvents := map[int]int{}
+	for _, f := range []struct {
+		n             int
+		name, product string
+	}{{903, "db-903", "AX52"}, {904, "e2e-904", "AX102"}} {
+		srv := newServer(f.n, f.name, f.product)
+		_, ownerKey, err := robot.NewHostKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.InstallStandby(ownerKey); err != nil {
+			t.Fatal(err)
+		}
+		foreign = append(foreign, srv)
+	}
+	for _, srv := range foreign {
+		eventually(t, ctx, time.Minute, fmt.Sprintf("server %d outside the pool to run its system", srv.Number()), func(context.Context) (bool, error) {
+			_, up := srv.State()
+			return up, nil
+		})
+		srv.UseOutsidePool()
+		foreignEvents[srv.Number()] = len(srv.Events())
 	}
 	keyPEM, _, err := robot.NewHostKey()
 	if err != nil {
@@ -76,13 +110,18 @@ func TestRobotPool(t *testing.T) {
 	nc := &v1alpha1.TofuNodeClass{
 		ObjectMeta: metav1.ObjectMeta{Name: class},
 		Spec: v1alpha1.TofuNodeClassSpec{
-			Family:      v1alpha1.FamilyRobot,
-			Robot:       &v1alpha1.RobotPool{Servers: servers, Warm: &warm},
+			Family: v1alpha1.FamilyRobot,
+			Robot: &v1alpha1.RobotPool{Warm: &warm,
+				Servers: []v1alpha1.RobotServer{{Number: 901, NodeType: "ax52",
+					SSHAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(declared.SSHPort()))}},
+				Discover: []v1alpha1.RobotDiscovery{{NamePrefix: "e2e-", Product: "AX52", NodeType: "ax52"}}},
 			Module:      v1alpha1.ModuleSource{Source: filepath.Join(env.vars["MODULES"], "hetzner-robot"), Version: "e2e"},
 			Credentials: []v1alpha1.CredentialsSource{{SecretName: "robot-e2e"}},
 			Bootstrap:   v1alpha1.BootstrapSpec{APIServerEndpoint: env.vars["API_SERVER"], TokenTTL: metav1.Duration{Duration: 15 * time.Minute}},
+			// A discovered server is reached at the class's SSH address (a declared one at its own).
 			Variables: map[string]string{"image": robotImage, "poll_interval": "100ms", "rescue_timeout": "1m",
-				"install_timeout": "2m", "warm_timeout": "30s"},
+				"install_timeout": "2m", "warm_timeout": "30s",
+				"ssh_host": "127.0.0.1", "ssh_port": strconv.Itoa(discovered.SSHPort())},
 			NodeTypes: []v1alpha1.NodeType{{
 				Name:        "ax52",
 				Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi")},
@@ -119,10 +158,63 @@ func TestRobotPool(t *testing.T) {
 		}
 		return n, err
 	}
-	eventually(t, ctx, 3*time.Minute, "the pool keeper to install both servers into standby", func(ctx context.Context) (bool, error) {
+	// Nothing is ever done to a server outside the pool: no request about it reaches the
+	// webservice, nothing happens to it, it keeps running its system, and it has no lease.
+	outsideUntouched := func(when string) {
+		t.Helper()
+		items, err := inv.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, srv := range foreign {
+			n := srv.Number()
+			if calls := api.ServerCalls(n); len(calls) > 0 {
+				t.Errorf("%s: server %d outside the pool was asked about: %v", when, n, calls)
+			}
+			if events := srv.Events(); len(events) != foreignEvents[n] {
+				t.Errorf("%s: server %d outside the pool was touched: %v", when, n, events[foreignEvents[n]:])
+			}
+			if state, up := srv.State(); state != robot.StateActive || !up {
+				t.Errorf("%s: server %d outside the pool: system %q, running %v", when, n, state, up)
+			}
+			for _, it := range items {
+				if it.ID == strconv.Itoa(n) {
+					t.Errorf("%s: server %d outside the pool has a lease: %+v", when, n, it)
+				}
+			}
+		}
+	}
+
+	// The keeper installs 901 into standby and resets 902 into its rescue system, which does
+	// not come up yet: the controller is killed while the keeper holds 902's lease.
+	var ready, interrupted statelock.Item
+	eventually(t, ctx, 3*time.Minute, "901 in standby and the keeper waiting for 902's rescue system", func(ctx context.Context) (bool, error) {
+		items, err := inv.List(ctx)
+		byID := map[string]statelock.Item{}
+		for _, it := range items {
+			byID[it.ID] = it
+		}
+		ready, interrupted = byID["901"], byID["902"]
+		return ready.Free() && ready.Attributes[robot.AttrState] == robot.StateStandby &&
+			interrupted.Leased() && strings.HasPrefix(interrupted.Holder, "pool-keeper/") && slices.Contains(discovered.Events(), "reset"), err
+	})
+	killController(t)
+	killedAt := len(discovered.Events())
+	releaseBoots()
+	t.Logf("controller killed while %s installed server 902 (events %v)", interrupted.Holder, discovered.Events())
+	eventually(t, ctx, 3*time.Minute, "the restarted keeper to install 902 into standby beside 901", func(ctx context.Context) (bool, error) {
 		n, err := standby(ctx)
 		return n == 2, err
 	})
+	if it, err := inv.Get(ctx, "902"); err != nil {
+		t.Fatal(err)
+	} else if it.Leased() || it.Attributes[robot.AttrFailures] != "" || it.Attributes[robot.AttrHostKey] != robot.FormatHostKey(discovered.HostKey()) {
+		t.Errorf("server 902 after the interrupted install: %+v, want free, no failure counted, the installed system's host key", it)
+	}
+	if after := discovered.Events()[killedAt:]; !slices.ContainsFunc(after, func(e string) bool { return strings.HasPrefix(e, "installimage finished") }) {
+		t.Errorf("server 902 was not installed after the restart: %v", after)
+	}
+	outsideUntouched("after the pool's install")
 	eventually(t, ctx, time.Minute, "the class to say its type is offered warm only", func(ctx context.Context) (bool, error) {
 		got := &v1alpha1.TofuNodeClass{}
 		if err := env.kube.Get(ctx, client.ObjectKey{Name: class}, got); err != nil {
@@ -190,6 +282,7 @@ func TestRobotPool(t *testing.T) {
 		t.Errorf("leases %v, want two claims holding one server each", holders)
 	}
 	eventually(t, ctx, time.Minute, "fulfiller_pool_machines to show both servers leased", poolMachines(map[string]float64{"standby": 0, "leased": 2}))
+	outsideUntouched("with both servers leased")
 	for _, f := range fulfillments(t, ctx) {
 		if f.Spec.NodeClass != class {
 			continue
@@ -325,4 +418,5 @@ func TestRobotPool(t *testing.T) {
 		n, err := standby(ctx)
 		return n == 2, err
 	})
+	outsideUntouched("at the end")
 }
