@@ -128,7 +128,8 @@ func TestHcloudProviderDiagnostics(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			s := standin.StartT(t, standin.Options{CreateDuration: 200 * time.Millisecond, ActionDuration: 100 * time.Millisecond})
+			// The fixtures hold the server's ID: this stand-in numbers its servers on its own.
+			s := standin.StartT(t, standin.Options{FirstServerID: 101_000_001, CreateDuration: 200 * time.Millisecond, ActionDuration: 100 * time.Millisecond})
 			req := hcloudRequest(t, s, "fixture-node", "fsn1", "cx23")
 			tc.setup(ctx, t, s, &req)
 			var log testenv.SyncBuffer

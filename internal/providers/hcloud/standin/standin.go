@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,10 @@ import (
 type Options struct {
 	// Addr is where it listens (default 127.0.0.1:0, a free port).
 	Addr string
+	// FirstServerID, when set, makes this stand-in number its servers from it on its own,
+	// for a test whose fixtures hold server IDs; by default they come from the sequence all
+	// stand-ins of the process share (serverIDs), so that no two machines get one provider ID.
+	FirstServerID int64
 	// Token is the project's API token (default DefaultToken).
 	Token string
 	// Catalog is what the project can order (default DefaultCatalog()).
@@ -131,7 +136,7 @@ func Start(opts Options) (*StandIn, error) {
 		base:     "http://" + ln.Addr().String(),
 		closing:  make(chan struct{}),
 		lastID: map[string]int64{
-			"server": 101_000_000, "action": 4_000_000_000, "network": 2_000_000, "firewall": 1_000_000,
+			"server": opts.FirstServerID - 1, "action": 4_000_000_000, "network": 2_000_000, "firewall": 1_000_000,
 			"placement_group": 300_000, "ssh_key": 9_000_000, "primary_ip": 80_000_000,
 		},
 		servers:         map[int64]*server{},
@@ -331,8 +336,21 @@ func correlationID() string {
 	return hex.EncodeToString(b)
 }
 
+// serverIDs is the one sequence of server IDs of every stand-in in a process. Hetzner's
+// server IDs are unique across projects, and the Nodes of a cluster carry them as provider
+// IDs (hcloud://<id>): two stand-ins beside each other on one API server, each counting from
+// the same start, gave two machines one provider ID, and one test's orphan collector deleted
+// the Node of another test's machine.
+// Its IDs start above those of a stand-in with its own FirstServerID (101000001, ...).
+var serverIDs atomic.Int64
+
+func init() { serverIDs.Store(102_000_000) }
+
 // nextID allocates the next ID of a kind of object. Callers hold s.mu.
 func (s *StandIn) nextID(kind string) int64 {
+	if kind == "server" && s.opts.FirstServerID == 0 {
+		return serverIDs.Add(1)
+	}
 	s.lastID[kind]++
 	return s.lastID[kind]
 }
