@@ -564,8 +564,10 @@ func jobResult(job *batchv1.Job, pods []*corev1.Pod) *tfrunner.Result {
 	// but a runner stopped by the Job's deadline reports Cancelled where Timeout is meant.
 	for _, p := range pods {
 		if res, ok := podResult(p); ok {
-			if deadline != nil && res.Error != nil && res.Error.Class == tfrunner.Cancelled {
-				res.Error = tfrunner.NewRunError(tfrunner.Timeout, "the run's deadline passed: "+deadline.Message)
+			if res.Error != nil && res.Error.Class == tfrunner.Cancelled {
+				if why, passed := deadlinePassed(job, deadline, res.Finished); passed {
+					res.Error = tfrunner.NewRunError(tfrunner.Timeout, "the run's deadline passed: "+why)
+				}
 			}
 			return &res
 		}
@@ -574,6 +576,20 @@ func jobResult(job *batchv1.Job, pods []*corev1.Pod) *tfrunner.Result {
 		return &tfrunner.Result{Operation: op, Started: job.CreationTimestamp.UTC(), Finished: cond.LastTransitionTime.UTC(), Error: lostRunError(job, cond, deadline, pods)}
 	}
 	return nil
+}
+
+// deadlinePassed reports whether the Job's deadline had passed when its runner finished:
+// its DeadlineExceeded condition, or, before the Job controller has set that, the Job's
+// activeDeadlineSeconds counted from its start.
+func deadlinePassed(job *batchv1.Job, deadline *batchv1.JobCondition, finished time.Time) (string, bool) {
+	if deadline != nil {
+		return deadline.Message, true
+	}
+	limit, started := job.Spec.ActiveDeadlineSeconds, job.Status.StartTime
+	if limit == nil || started == nil || finished.Before(started.Add(time.Duration(*limit)*time.Second)) {
+		return "", false
+	}
+	return fmt.Sprintf("the Job was active longer than its %ds", *limit), true
 }
 
 // deleteRequest deletes a finished run's request Secret, which holds the claim's user data

@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -162,5 +164,34 @@ func TestJobValidate(t *testing.T) {
 				t.Errorf("Validate: %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A runner stopped by its Job's deadline reports Cancelled; the run failed with Timeout,
+// whether or not the Job controller has set DeadlineExceeded yet. Cancelled before the
+// deadline stays Cancelled.
+func TestDeadlinePassed(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC)
+	started := metav1.NewTime(t0)
+	limit := int64(3)
+	job := &batchv1.Job{Spec: batchv1.JobSpec{ActiveDeadlineSeconds: &limit}, Status: batchv1.JobStatus{StartTime: &started}}
+	cond := &batchv1.JobCondition{Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}
+	for _, tc := range []struct {
+		name     string
+		cond     *batchv1.JobCondition
+		finished time.Time
+		why      string
+		passed   bool
+	}{
+		{"condition set", cond, t0.Add(time.Second), "Job was active longer than specified deadline", true},
+		{"past the deadline, no condition yet", nil, t0.Add(3200 * time.Millisecond), "the Job was active longer than its 3s", true},
+		{"before the deadline", nil, t0.Add(2 * time.Second), "", false},
+	} {
+		if why, passed := deadlinePassed(job, tc.cond, tc.finished); why != tc.why || passed != tc.passed {
+			t.Errorf("%s: got %q %t", tc.name, why, passed)
+		}
+	}
+	if _, passed := deadlinePassed(&batchv1.Job{}, nil, t0); passed {
+		t.Error("a Job without a deadline passed it")
 	}
 }
