@@ -6,7 +6,6 @@ package fulfillment
 import (
 	"time"
 
-	"github.com/awslabs/operatorpkg/status"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -162,7 +161,7 @@ func observeChanges(before, after *v1alpha1.Fulfillment, family string) []observ
 	if id := after.Status.TokenID; id != "" && id != before.Status.TokenID {
 		out = append(out, observation{counter: bootstrapTokens, labels: with(l, "event", tokenMinted), value: 1})
 	}
-	wasJoined, joined := condition(before, v1alpha1.ConditionJoined), condition(after, v1alpha1.ConditionJoined)
+	wasJoined, joined := before.StatusConditions().Get(v1alpha1.ConditionJoined), after.StatusConditions().Get(v1alpha1.ConditionJoined)
 	if joined != nil && joined.IsTrue() && (wasJoined == nil || !wasJoined.IsTrue()) && after.Status.TokenID != "" {
 		// The join stage revokes the token in the reconcile that sees the Node.
 		out = append(out, observation{counter: bootstrapTokens, labels: with(l, "event", tokenRevoked), value: 1})
@@ -203,14 +202,4 @@ func seconds(d time.Duration) float64 {
 		return 0
 	}
 	return d.Seconds()
-}
-
-// condition is f's condition of type t, or nil.
-func condition(f *v1alpha1.Fulfillment, t string) *status.Condition {
-	for i := range f.Status.Conditions {
-		if f.Status.Conditions[i].Type == t {
-			return &f.Status.Conditions[i]
-		}
-	}
-	return nil
 }
