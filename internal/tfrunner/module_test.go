@@ -197,6 +197,26 @@ func TestRunEnv(t *testing.T) {
 	if _, err := os.Stat(env["TF_CLI_CONFIG_FILE"]); err != nil {
 		t.Errorf("cli config: %v", err)
 	}
+	// The binary is first on PATH as BinaryCommand, for provisioners that run it without a
+	// shell; a relative name is made absolute, and a second run's link replaces the first's.
+	bin := filepath.Join(t.TempDir(), "fulfiller-dev")
+	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Dir(bin))
+	req.Env = map[string]string{BinaryEnv: "./fulfiller-dev"}
+	for range 2 {
+		if env, err = runEnv(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(req.WorkDir, binSubdir)
+	if !strings.HasPrefix(env["PATH"], dir+string(os.PathListSeparator)) {
+		t.Errorf("PATH = %s, want %s first", env["PATH"], dir)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, BinaryCommand)); err != nil || target != bin {
+		t.Errorf("%s links to %q (%v), want %s", BinaryCommand, target, err, bin)
+	}
 	req.Env = map[string]string{"TF_VAR_token": "x", "TF_LOG": "trace"}
 	if _, err := runEnv(req); !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "TF_LOG, TF_VAR_token") {
 		t.Errorf("prohibited env: %v", err)

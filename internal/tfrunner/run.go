@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -34,6 +36,7 @@ const (
 	packageSubdir   = "package" // a fetched package whose subdirectory is the module
 	fetchSubdir     = "fetch"
 	homeSubdir      = "home"
+	binSubdir       = "bin" // BinaryCommand, first on tofu's PATH
 	varsFileName    = "fulfiller.tfvars.json"
 	cliConfigName   = "fulfiller.tfrc"
 	backendFileName = "fulfiller_backend.tf"
@@ -515,6 +518,27 @@ func runEnv(req Request) (map[string]string, error) {
 		sort.Strings(bad)
 		return nil, fmt.Errorf("%w: environment variables tofu must not get this way: %s", ErrInvalidRequest, strings.Join(bad, ", "))
 	}
+	if bin := env[BinaryEnv]; bin != "" {
+		// A provisioner runs it by name, with no shell: interpreter = ["fulfiller", ...].
+		dir := filepath.Join(req.WorkDir, binSubdir)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating bin folder: %w", err)
+		}
+		if path, err := exec.LookPath(bin); err == nil {
+			bin = path
+		}
+		if abs, err := filepath.Abs(bin); err == nil {
+			bin = abs
+		}
+		link := filepath.Join(dir, BinaryCommand)
+		if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("linking %s: %w", BinaryCommand, err)
+		}
+		if err := os.Symlink(bin, link); err != nil {
+			return nil, fmt.Errorf("linking %s: %w", BinaryCommand, err)
+		}
+		env["PATH"] = dir + string(os.PathListSeparator) + env["PATH"]
+	}
 	return env, nil
 }
 
@@ -573,6 +597,11 @@ func secretValues(vars map[string]any, info *ModuleInfo) []string {
 // started it named another: the runner binary alone (cmd/fulfiller-runner) has no such
 // commands, and the local executor names the binary it runs in.
 const BinaryEnv = "FULFILLER_BINARY"
+
+// BinaryCommand is the name under which the BinaryEnv binary is first on tofu's PATH, so that
+// a provisioner runs its commands without a shell (modules/hetzner-robot's
+// `interpreter = ["fulfiller", "robot"]`), as the image has none.
+const BinaryCommand = "fulfiller"
 
 // TofuEnvPrefix marks runner environment variables that are passed on to tofu without the
 // prefix. A runner Job gets the keys of executor.Job.EnvFromSecrets this way, so credentials
