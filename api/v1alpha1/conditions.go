@@ -131,6 +131,39 @@ const (
 	ReasonInitialized            = "Initialized"
 )
 
+// ConditionScaleDownHeld is on the Fulfillments of a class whose spec.scaleDown.policy is
+// AtPaidPeriodEnd, once their node is initialized: True while the fulfiller keeps a node that
+// Karpenter would consolidate as empty (karpenter.sh/do-not-disrupt on its Node, marked with
+// keys.AnnotationScaleDownHeld) until the margin before its paid period ends; False with the
+// reason it is not kept. Ready is not composed of it; a Ready claim that is kept shows its
+// reason and message as the phase's, in `kubectl get fulfillments`.
+const ConditionScaleDownHeld = "ScaleDownHeld"
+
+// Reasons of the ScaleDownHeld condition.
+const (
+	// ReasonHeldForPaidPeriod: the node is empty and Karpenter would consolidate it, but its
+	// billing period is paid; it is kept, taking new pods, until the message's time (True).
+	ReasonHeldForPaidPeriod = "HeldForPaidPeriod"
+	// ReasonPaidPeriodEnding: the node is empty and within the margin before its paid period
+	// ends: let go, Karpenter consolidates it.
+	ReasonPaidPeriodEnding = "PaidPeriodEnding"
+	// ReasonNotConsolidatable: Karpenter would not consolidate the node now (its NodeClaim is
+	// not Consolidatable: a pod came or went within the NodePool's consolidateAfter, or the
+	// NodePool does not consolidate).
+	ReasonNotConsolidatable = "NotConsolidatable"
+	// ReasonNotEmpty: pods other than daemons run on the node.
+	ReasonNotEmpty = "NotEmpty"
+	// ReasonNodeDrifted, ReasonNodeExpired, ReasonNodeUnhealthy: Karpenter replaces the node
+	// whatever it cost (its NodeClaim is Drifted; past its expireAfter; its Node not Ready):
+	// never kept.
+	ReasonNodeDrifted   = "Drifted"
+	ReasonNodeExpired   = "Expired"
+	ReasonNodeUnhealthy = "Unhealthy"
+	// ReasonDoNotDisruptSet: the Node has a karpenter.sh/do-not-disrupt annotation the
+	// fulfiller did not set (someone else's, kept as it is): the policy leaves the node alone.
+	ReasonDoNotDisruptSet = "DoNotDisruptSet"
+)
+
 // Reasons of events that no condition has.
 const (
 	// ReasonApplyStarted: a tofu apply run started (event).
@@ -138,6 +171,10 @@ const (
 	// ReasonStaleLockRecovered: a state lock left by a run of this claim whose runner is
 	// gone was released (event).
 	ReasonStaleLockRecovered = "StaleLockRecovered"
+	// ReasonScaleDownReleased: the billing-aware scale-down let go of a node it held, with no
+	// condition left to say why: its class turned the policy off, or the claim is going
+	// (event).
+	ReasonScaleDownReleased = "ScaleDownReleased"
 )
 
 // Reasons of Karpenter's NodeClaim Launched condition when CloudProvider.Create fails.

@@ -169,3 +169,15 @@ func (in *Catalog) RefreshIntervalOrDefault() time.Duration {
 
 // GrossPrices reports whether the class wants prices with VAT.
 func (in *Catalog) GrossPrices() bool { return in != nil && in.Prices == "gross" }
+
+// DefaultScaleDownMargin is how long before its paid period ends a node kept by the
+// AtPaidPeriodEnd policy is let go when the class sets no margin.
+const DefaultScaleDownMargin = 5 * time.Minute
+
+// MarginOrDefault is the scale-down margin, DefaultScaleDownMargin when unset.
+func (in *ScaleDown) MarginOrDefault() time.Duration {
+	if in.Margin != nil && in.Margin.Duration >= 0 {
+		return in.Margin.Duration
+	}
+	return DefaultScaleDownMargin
+}

@@ -38,6 +38,10 @@ type TofuNodeClass struct {
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.backend) && has(oldSelf.backend.__namespace__) && size(oldSelf.backend.__namespace__) > 0 ? has(self.backend) && has(self.backend.__namespace__) && self.backend.__namespace__ == oldSelf.backend.__namespace__ : !(has(self.backend) && has(self.backend.__namespace__) && size(self.backend.__namespace__) > 0)",message="spec.backend.namespace is immutable: the states of existing claims would be lost"
 // +kubebuilder:validation:XValidation:rule="(has(oldSelf.backend) && has(oldSelf.backend.pg) && has(oldSelf.backend.pg.schemaName) ? oldSelf.backend.pg.schemaName : 'fulfiller') == (has(self.backend) && has(self.backend.pg) && has(self.backend.pg.schemaName) ? self.backend.pg.schemaName : 'fulfiller')",message="spec.backend.pg.schemaName is immutable: the states of existing claims would be lost"
 // +kubebuilder:validation:XValidation:rule="has(self.nodeTypes) != has(self.catalog)",message="set exactly one of nodeTypes and catalog"
+// The families whose machines the fulfiller knows the billing of (internal/providers: hcloud by
+// the started hour, robot by the month of 730 hours); a class of another family states its own.
+// +kubebuilder:validation:XValidation:rule="!has(self.scaleDown) || self.scaleDown.policy != 'AtPaidPeriodEnd' || has(self.scaleDown.billingPeriod) || (has(self.family) && self.family in ['hcloud', 'robot'])",message="scaleDown.policy AtPaidPeriodEnd needs scaleDown.billingPeriod: only the hcloud and robot families say how their machines are billed"
+// +kubebuilder:validation:XValidation:rule="!has(self.scaleDown) || has(self.scaleDown.billingPeriod) || !has(self.scaleDown.margin) || !has(self.family) || !(self.family in ['hcloud', 'robot']) || duration(self.scaleDown.margin) < (self.family == 'hcloud' ? duration('1h') : duration('730h'))",message="scaleDown.margin must be shorter than the family's billing period (hcloud 1h, robot 730h)"
 type TofuNodeClassSpec struct {
 	// Family names the kind of infrastructure the module builds, so that the fulfiller can
 	// use what it knows about it: its error rules, its catalogue of node types, the machines
@@ -89,6 +93,43 @@ type TofuNodeClassSpec struct {
 	// may land on it, and what happens when one misses its deadline.
 	// +optional
 	Readiness ReadinessSpec `json:"readiness,omitempty"`
+	// ScaleDown says when a node Karpenter would consolidate as empty goes. Unset: as soon as
+	// Karpenter consolidates it (policy Immediate).
+	// +optional
+	ScaleDown *ScaleDown `json:"scaleDown,omitempty"`
+}
+
+// ScaleDownPolicy says when a node Karpenter would consolidate as empty goes.
+// +kubebuilder:validation:Enum=Immediate;AtPaidPeriodEnd
+type ScaleDownPolicy string
+
+const (
+	// ScaleDownImmediate: as soon as Karpenter consolidates it (the default).
+	ScaleDownImmediate ScaleDownPolicy = "Immediate"
+	// ScaleDownAtPaidPeriodEnd: the node is kept (karpenter.sh/do-not-disrupt on its Node)
+	// until margin before the end of the billing period it is in, so that it takes new pods
+	// instead of a new machine being bought within a period already paid for. A drifted,
+	// expired or unhealthy node is never kept.
+	ScaleDownAtPaidPeriodEnd ScaleDownPolicy = "AtPaidPeriodEnd"
+)
+
+// ScaleDown is a class's billing-aware scale-down.
+// +kubebuilder:validation:XValidation:rule="!has(self.billingPeriod) || duration(self.billingPeriod) >= duration('1m')",message="scaleDown.billingPeriod must be at least 1m"
+// +kubebuilder:validation:XValidation:rule="!has(self.margin) || duration(self.margin) >= duration('0s')",message="scaleDown.margin must not be negative"
+// +kubebuilder:validation:XValidation:rule="!has(self.margin) || !has(self.billingPeriod) || duration(self.margin) < duration(self.billingPeriod)",message="scaleDown.margin must be shorter than scaleDown.billingPeriod"
+type ScaleDown struct {
+	// Policy: Immediate (Karpenter's consolidation as it is) or AtPaidPeriodEnd.
+	Policy ScaleDownPolicy `json:"policy"`
+	// BillingPeriod is how the class's machines are billed: a machine pays each started
+	// period, counted from when its apply created it. Default: its family's (hcloud: 1h, a
+	// server is billed by the started hour; robot: 730h, a month). A class of another family
+	// (or none) must set it to use AtPaidPeriodEnd.
+	// +optional
+	BillingPeriod *metav1.Duration `json:"billingPeriod,omitempty"`
+	// Margin is how long before its paid period ends a kept node is let go, so that Karpenter
+	// has drained and deleted it before the next period starts (default 5m).
+	// +optional
+	Margin *metav1.Duration `json:"margin,omitempty"`
 }
 
 type ModuleSource struct {

@@ -35,9 +35,31 @@ type Decision struct {
 	Hold bool
 	// Until is when the hold ends (the paid period's end less the margin); zero without hold.
 	Until time.Time
-	// Reason is one line for the claim: why it is held or not.
+	// PaidUntil is the end of the paid period now falls in; zero when the policy did not
+	// look at the period (no period, or a node it does not hold whatever it paid).
+	PaidUntil time.Time
+	// Cause is why, one of a fixed set; Reason says it in one line for the claim.
+	Cause  Cause
 	Reason string
 }
+
+// Cause is why a node is held or not.
+type Cause string
+
+const (
+	// Held: empty, within its paid period, before the margin.
+	Held Cause = "Held"
+	// PeriodEnding: empty, and within the margin before its paid period ends: let go.
+	PeriodEnding Cause = "PeriodEnding"
+	// NoPeriod: the policy has no billing period.
+	NoPeriod Cause = "NoPeriod"
+	// Drifted, Expired, Unhealthy: Karpenter replaces the node whatever it cost.
+	Drifted   Cause = "Drifted"
+	Expired   Cause = "Expired"
+	Unhealthy Cause = "Unhealthy"
+	// NotEmpty: Karpenter would not consolidate the node as empty.
+	NotEmpty Cause = "NotEmpty"
+)
 
 // PaidUntil is the end of the billing period that now falls in, for a node launched at
 // launched: the paid time a delete at now would forfeit ends there.
@@ -53,21 +75,22 @@ func (p Policy) PaidUntil(launched, now time.Time) time.Time {
 func (p Policy) Decide(n Node, now time.Time) Decision {
 	switch {
 	case p.Period <= 0:
-		return Decision{Reason: "no billing period"}
+		return Decision{Cause: NoPeriod, Reason: "no billing period"}
 	case n.Drifted:
-		return Decision{Reason: "drifted"}
+		return Decision{Cause: Drifted, Reason: "drifted: Karpenter replaces it"}
 	case n.Expired:
-		return Decision{Reason: "expired"}
+		return Decision{Cause: Expired, Reason: "expired: Karpenter replaces it"}
 	case n.Unhealthy:
-		return Decision{Reason: "unhealthy"}
+		return Decision{Cause: Unhealthy, Reason: "unhealthy: its Node is not Ready"}
 	case !n.Empty:
-		return Decision{Reason: "not empty"}
+		return Decision{Cause: NotEmpty, Reason: "not empty"}
 	}
 	paid := p.PaidUntil(n.Launched, now)
 	until := paid.Add(-p.Margin)
 	if !now.Before(until) {
-		return Decision{Reason: fmt.Sprintf("paid period ends at %s", paid.UTC().Format(time.RFC3339))}
+		return Decision{Cause: PeriodEnding, PaidUntil: paid,
+			Reason: fmt.Sprintf("empty, and its paid period ends at %s: let go", paid.UTC().Format(time.RFC3339))}
 	}
-	return Decision{Hold: true, Until: until,
+	return Decision{Hold: true, Until: until, PaidUntil: paid, Cause: Held,
 		Reason: fmt.Sprintf("empty, but paid until %s: kept until %s", paid.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))}
 }

@@ -20,23 +20,24 @@ func TestDecide(t *testing.T) {
 		at     time.Duration
 		hold   bool
 		until  time.Duration
+		cause  Cause
 	}{
-		{"empty early in its hour is held", hour, Node{Launched: t0, Empty: true}, 10 * time.Minute, true, 55 * time.Minute},
-		{"empty within the margin is let go", hour, Node{Launched: t0, Empty: true}, 56 * time.Minute, false, 0},
-		{"at the hour's end it is let go: the hour is paid, the next not started", hour, Node{Launched: t0, Empty: true}, time.Hour, false, 0},
-		{"second hour", hour, Node{Launched: t0, Empty: true}, 70 * time.Minute, true, 115 * time.Minute},
-		{"drifted goes", hour, Node{Launched: t0, Empty: true, Drifted: true}, 10 * time.Minute, false, 0},
-		{"expired goes", hour, Node{Launched: t0, Empty: true, Expired: true}, 10 * time.Minute, false, 0},
-		{"unhealthy goes", hour, Node{Launched: t0, Empty: true, Unhealthy: true}, 10 * time.Minute, false, 0},
-		{"not empty is not the policy's", hour, Node{Launched: t0}, 10 * time.Minute, false, 0},
-		{"no period, no hold", Policy{}, Node{Launched: t0, Empty: true}, 10 * time.Minute, false, 0},
-		{"a month of Robot", Policy{Period: 730 * time.Hour, Margin: time.Hour}, Node{Launched: t0, Empty: true}, 24 * time.Hour, true, 729 * time.Hour},
+		{"empty early in its hour is held", hour, Node{Launched: t0, Empty: true}, 10 * time.Minute, true, 55 * time.Minute, Held},
+		{"empty within the margin is let go", hour, Node{Launched: t0, Empty: true}, 56 * time.Minute, false, 0, PeriodEnding},
+		{"at the hour's end it is let go: the hour is paid, the next not started", hour, Node{Launched: t0, Empty: true}, time.Hour, false, 0, PeriodEnding},
+		{"second hour", hour, Node{Launched: t0, Empty: true}, 70 * time.Minute, true, 115 * time.Minute, Held},
+		{"drifted goes", hour, Node{Launched: t0, Empty: true, Drifted: true}, 10 * time.Minute, false, 0, Drifted},
+		{"expired goes", hour, Node{Launched: t0, Empty: true, Expired: true}, 10 * time.Minute, false, 0, Expired},
+		{"unhealthy goes", hour, Node{Launched: t0, Empty: true, Unhealthy: true}, 10 * time.Minute, false, 0, Unhealthy},
+		{"not empty is not the policy's", hour, Node{Launched: t0}, 10 * time.Minute, false, 0, NotEmpty},
+		{"no period, no hold", Policy{}, Node{Launched: t0, Empty: true}, 10 * time.Minute, false, 0, NoPeriod},
+		{"a month of Robot", Policy{Period: 730 * time.Hour, Margin: time.Hour}, Node{Launched: t0, Empty: true}, 24 * time.Hour, true, 729 * time.Hour, Held},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d := c.policy.Decide(c.node, t0.Add(c.at))
-			if d.Hold != c.hold || d.Reason == "" {
-				t.Fatalf("got %+v, want hold %v", d, c.hold)
+			if d.Hold != c.hold || d.Cause != c.cause || d.Reason == "" {
+				t.Fatalf("got %+v, want hold %v (%s)", d, c.hold, c.cause)
 			}
 			if c.hold && !d.Until.Equal(t0.Add(c.until)) {
 				t.Errorf("held until %s, want %s", d.Until, t0.Add(c.until))

@@ -26,6 +26,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/nodeclass"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/pool"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/scaledown"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
 )
@@ -117,6 +118,7 @@ func NewControllers(o Options) []controller.Controller {
 			Grace: o.OrphanGrace, Interval: time.Minute, Spend: o.spendAPI()}),
 		pool.NewKeeper(pool.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families,
 			SecretNamespace: o.Namespace, StateNamespace: o.StateNamespace, Cluster: o.ClusterName, Interval: o.PoolKeeperInterval}),
+		scaledown.NewController(scaledown.Options{Kube: o.Kube, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families}),
 		fulfillments,
 	}
 	if o.ConditionRecorder != nil {

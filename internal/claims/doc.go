@@ -15,6 +15,8 @@
 //     the class's finalizer.
 //   - garbagecollection: the collectors of what outlived its claim.
 //   - pool: the keeper of the classes whose family leases machines from a finite pool.
+//   - scaledown: the billing-aware scale-down, which holds an empty node Karpenter would
+//     consolidate until its paid period ends (its pure decision is internal/billing's).
 //   - classconfig: what all of them read of a class, and the keys of what they make.
 //
 // No room imports a sibling; all may import classconfig (imports_test.go holds the rule).

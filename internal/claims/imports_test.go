@@ -78,7 +78,8 @@ func goList(t *testing.T) []pkg {
 // together.
 func TestRoomsImportNoSibling(t *testing.T) {
 	pkgs := goList(t)
-	for _, want := range []string{shared, root + "/cloudprovider", root + "/fulfillment", root + "/fulfillment/run", root + "/nodeclass"} {
+	for _, want := range []string{shared, root + "/cloudprovider", root + "/fulfillment", root + "/fulfillment/run", root + "/nodeclass",
+		root + "/garbagecollection", root + "/pool", root + "/scaledown"} {
 		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.path == want }) {
 			t.Errorf("go list does not list %s", want)
 		}

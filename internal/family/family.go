@@ -168,6 +168,15 @@ type APIBudgets interface {
 	APIDemands(req tfrunner.Request) []executor.APIDemand
 }
 
+// Billing (optional) says how the family's cloud bills a machine: by each started period of
+// BillingPeriod, counted from its creation (Hetzner Cloud: the hour; Hetzner Robot: the
+// month). A class of the family may then turn on the billing-aware scale-down
+// (spec.scaleDown) without stating its period. TofuNodeClassSpec's validation rules name the
+// families that have one, with their periods.
+type Billing interface {
+	BillingPeriod() time.Duration
+}
+
 // Error is a failure a family can name: Reason is a reason of the API (api/v1alpha1),
 // Message says what is wrong without any secret.
 type Error struct {

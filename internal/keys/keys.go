@@ -34,3 +34,9 @@ const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "fulfiller"
 )
+
+// AnnotationScaleDownHeld marks a Node's karpenter.sh/do-not-disrupt annotation as the
+// fulfiller's: set beside it while a class's billing-aware scale-down keeps the empty node
+// (its value is when the hold ends, RFC 3339), removed with it. A do-not-disrupt annotation
+// without it is someone else's and is never changed.
+const AnnotationScaleDownHeld = "fulfiller.sh/scale-down-held"

@@ -7,7 +7,9 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/providers"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/rules"
 )
@@ -24,5 +26,21 @@ func TestEveryFamilyHasRules(t *testing.T) {
 		if r == nil {
 			t.Errorf("family %s: nil rules", name)
 		}
+	}
+}
+
+// TestBillingPeriods: the families that say how their machines are billed are the ones the
+// TofuNodeClass's scaleDown validation rules let turn the policy on without a period, with
+// the periods those rules check the margin against (api/v1alpha1/tofunodeclass.go).
+func TestBillingPeriods(t *testing.T) {
+	want := map[string]time.Duration{"hcloud": time.Hour, "robot": 730 * time.Hour}
+	got := map[string]time.Duration{}
+	for name, f := range providers.Families() {
+		if b, ok := f.(family.Billing); ok {
+			got[name] = b.BillingPeriod()
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("billing periods %v, the API's rules expect %v", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/billing"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 )
@@ -59,4 +60,24 @@ func ErrorRules(rules []v1alpha1.ErrorRule) []tfrunner.ErrorRule {
 		out[i] = tfrunner.ErrorRule{Code: r.Code, Pattern: r.Pattern, Class: tfrunner.ErrorClass(r.Class)}
 	}
 	return out
+}
+
+// ScaleDownPolicy is the billing-aware scale-down of a class (spec.scaleDown with policy
+// AtPaidPeriodEnd): its billing period, stated or its family's (family.Billing), and its
+// margin. False when the class has none, or states no period and its family bills by none
+// (the API server refuses such a class).
+func ScaleDownPolicy(families family.Registry, nc *v1alpha1.TofuNodeClass) (billing.Policy, bool) {
+	if nc == nil || nc.Spec.ScaleDown == nil || nc.Spec.ScaleDown.Policy != v1alpha1.ScaleDownAtPaidPeriodEnd {
+		return billing.Policy{}, false
+	}
+	sd := nc.Spec.ScaleDown
+	p := billing.Policy{Margin: sd.MarginOrDefault()}
+	if sd.BillingPeriod != nil && sd.BillingPeriod.Duration > 0 {
+		p.Period = sd.BillingPeriod.Duration
+	} else if f, ok := Family(families, nc); ok {
+		if b, ok := f.(family.Billing); ok {
+			p.Period = b.BillingPeriod()
+		}
+	}
+	return p, p.Period > 0
 }

@@ -33,6 +33,9 @@ var (
 	runsInFlightDesc = prometheus.NewDesc("fulfiller_runs_in_flight",
 		"Tofu runs running now, by operation.",
 		labelNames("operation"), nil)
+	heldDesc = prometheus.NewDesc("fulfiller_nodeclaims_scale_down_held",
+		"Claims whose empty node the billing-aware scale-down keeps from consolidation until its paid period ends (ScaleDownHeld=True).",
+		claimLabelNames, nil)
 	waitingDesc = prometheus.NewDesc("fulfiller_nodeclaims_waiting",
 		"Claims whose apply has not started, by what they wait for (the Pending phase's reason: WaitingForRunner, WaitingForAPIBudget, StateLocked, ...).",
 		labelNames("reason"), nil)
@@ -54,7 +57,7 @@ var claimInventory = &inventory{}
 func init() { crmetrics.Registry.MustRegister(claimInventory) }
 
 func (i *inventory) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{claimsDesc, hourlyCostDesc, accruedCostDesc, runsInFlightDesc, waitingDesc} {
+	for _, d := range []*prometheus.Desc{claimsDesc, hourlyCostDesc, accruedCostDesc, runsInFlightDesc, waitingDesc, heldDesc} {
 		ch <- d
 	}
 }
@@ -121,6 +124,12 @@ func inventorySamples(fs []v1alpha1.Fulfillment, families map[string]string, now
 			add(accruedCostDesc, f, "", price*now.Sub(a.Time).Hours())
 		} else {
 			add(accruedCostDesc, f, "", 0)
+		}
+		for _, c := range f.Status.Conditions {
+			if c.Type == v1alpha1.ConditionScaleDownHeld {
+				// Series of the classes with the policy only; 0 while none of their claims is held.
+				add(heldDesc, f, "", map[bool]float64{true: 1}[c.IsTrue()])
+			}
 		}
 		for _, r := range f.Status.Runs {
 			if r.Phase == v1alpha1.RunRunning {

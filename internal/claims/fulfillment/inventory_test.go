@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awslabs/operatorpkg/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
@@ -37,6 +38,9 @@ func TestInventorySamples(t *testing.T) {
 		claim("default", "cx22", "0.0071", "Pending/WaitingForRunner", 0, ""),
 		claim("default", "cx22", "0.0071", "Pending/WaitingForRunner", 0, ""),
 	}
+	// The two Ready cx22 claims are of a class with the billing-aware scale-down: one held.
+	fs[0].Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionScaleDownHeld, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonHeldForPaidPeriod}}
+	fs[1].Status.Conditions = []status.Condition{{Type: v1alpha1.ConditionScaleDownHeld, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotEmpty}}
 	got := map[string]float64{}
 	for _, s := range inventorySamples(fs, map[string]string{"hcloud": "hcloud"}, now) {
 		name := s.desc.String()
@@ -60,6 +64,7 @@ func TestInventorySamples(t *testing.T) {
 		"fulfiller_nodeclaim_cost_accrued{gpu,ax102,on-demand,fsn1,hcloud,hcloud}":                 1.562,
 		"fulfiller_runs_in_flight{default,cx32,on-demand,fsn1,hcloud,hcloud,apply}":                1,
 		"fulfiller_runs_in_flight{gpu,ax102,on-demand,fsn1,hcloud,hcloud,destroy}":                 1,
+		"fulfiller_nodeclaims_scale_down_held{default,cx22,on-demand,fsn1,hcloud,hcloud}":          1,
 	}
 	if len(got) != len(want) {
 		t.Errorf("got %d series, want %d: %v", len(got), len(want), got)

@@ -50,5 +50,9 @@ func phase(f *v1alpha1.Fulfillment) (string, string, string) {
 			return explain(st.phase, st.cond)
 		}
 	}
+	if conds.IsTrue(v1alpha1.ConditionScaleDownHeld) {
+		// Empty, and kept until its paid period ends (the billing-aware scale-down).
+		return explain(v1alpha1.PhaseReady, v1alpha1.ConditionScaleDownHeld)
+	}
 	return explain(v1alpha1.PhaseReady, status.ConditionReady)
 }

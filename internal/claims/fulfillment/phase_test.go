@@ -62,6 +62,20 @@ func TestPhase(t *testing.T) {
 				c.SetTrue(t)
 			}
 		})},
+		{"ready, kept by the billing-aware scale-down", v1alpha1.PhaseReady, v1alpha1.ReasonHeldForPaidPeriod, mk(false, 1, func(c status.ConditionSet) {
+			for _, t := range []string{v1alpha1.ConditionApplied, v1alpha1.ConditionJoined, v1alpha1.ConditionCNIReady,
+				v1alpha1.ConditionGPUReady, v1alpha1.ConditionGatesReady, v1alpha1.ConditionInitialized} {
+				c.SetTrue(t)
+			}
+			c.SetTrueWithReason(v1alpha1.ConditionScaleDownHeld, v1alpha1.ReasonHeldForPaidPeriod, "empty, but paid until 2026-12-03T16:00:00Z: kept until 2026-12-03T15:55:00Z")
+		})},
+		{"ready, not kept", v1alpha1.PhaseReady, status.ConditionReady, mk(false, 1, func(c status.ConditionSet) {
+			for _, t := range []string{v1alpha1.ConditionApplied, v1alpha1.ConditionJoined, v1alpha1.ConditionCNIReady,
+				v1alpha1.ConditionGPUReady, v1alpha1.ConditionGatesReady, v1alpha1.ConditionInitialized} {
+				c.SetTrue(t)
+			}
+			c.SetFalse(v1alpha1.ConditionScaleDownHeld, v1alpha1.ReasonNotEmpty, "pods run on the node")
+		})},
 		{"destroying", v1alpha1.PhaseDestroying, "Destroying", mk(true, 1, func(c status.ConditionSet) {
 			c.SetUnknownWithReason(v1alpha1.ConditionDestroyed, "Destroying", "running")
 		})},

@@ -27,9 +27,14 @@ var (
 	_ family.Family             = (*Family)(nil)
 	_ family.Pool               = (*Family)(nil)
 	_ family.CredentialsChecker = (*Family)(nil)
+	_ family.Billing            = (*Family)(nil)
 )
 
 // NewFamily returns the Hetzner Robot family.
 func NewFamily() *Family { return &Family{} }
 
 func (*Family) Name() string { return v1alpha1.FamilyRobot }
+
+// BillingPeriod: Hetzner bills a dedicated server by the month, here the mean month of 730
+// hours (a year's 8760 over 12).
+func (*Family) BillingPeriod() time.Duration { return 730 * time.Hour }
