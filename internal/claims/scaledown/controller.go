@@ -25,11 +25,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/events"
@@ -87,8 +89,10 @@ func (c *Controller) Register(_ context.Context, m manager.Manager) error {
 			}
 			return nil
 		})).
-		// A class that turns its policy on or off, or changes its period.
-		Watches(&v1alpha1.TofuNodeClass{}, handler.EnqueueRequestsFromMapFunc(c.claimsOfClass)).
+		// A class that turns its policy on or off, or changes its period: a change of its spec
+		// (its status changes often, and says nothing of the policy).
+		Watches(&v1alpha1.TofuNodeClass{}, handler.EnqueueRequestsFromMapFunc(c.claimsOfClass),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(reconcile.AsReconciler(m.GetClient(), c))
 }

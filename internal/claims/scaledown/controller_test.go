@@ -465,7 +465,8 @@ func TestPolicyOff(t *testing.T) {
 
 // The controller as the manager runs it, on its watches: a NodeClaim that becomes
 // Consolidatable has its empty Node held without anything else calling it, and a pod that
-// lands on the held node ends the hold. (The other tests call Reconcile at the times they
+// lands on the held node ends the hold; a class that turns the policy off has its claims'
+// conditions removed. (The other tests call Reconcile at the times they
 // set; here the clock stands at applied + 10 minutes.)
 func TestWatches(t *testing.T) {
 	e := newEnv(t)
@@ -531,5 +532,15 @@ func TestWatches(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the NotEmpty condition", func() bool {
 		c := held(test.ExpectExists(t, e.kube, f.DeepCopy()))
 		return c != nil && c.Reason == v1alpha1.ReasonNotEmpty
+	})
+
+	// The class turns the policy off: its claims are reconciled, and the condition goes.
+	nc := test.ExpectExists(t, e.kube, &v1alpha1.TofuNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "watched"}})
+	nc.Spec.ScaleDown = nil
+	if err := e.kube.Update(context.Background(), nc); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the condition gone with the policy", func() bool {
+		return held(test.ExpectExists(t, e.kube, f.DeepCopy())) == nil
 	})
 }
