@@ -3,11 +3,12 @@
 # `fulfiller robot`, the project's Robot webservice client and SSH layer. Destroying it
 # releases the server: it is reinstalled as a standby in the background. See README.md.
 #
-# The provisioners run "$FULFILLER_BINARY" (the runner exports the fulfiller binary that
-# started it, or its own). The credentials reach `fulfiller robot` through the runner's
-# environment (the class's spec.credentials: HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY),
-# never through this configuration. Values reach the shell through `environment`, never the
-# command text.
+# The provisioners run `fulfiller robot` with no shell: the runner puts the fulfiller binary
+# first on tofu's PATH as `fulfiller`, and the command reads every flag it is not given from
+# its ROBOT_* variable, which each provisioner's `environment` sets; the image has no shell.
+# The credentials reach `fulfiller robot` through the runner's environment (the class's
+# spec.credentials: HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY), never through this
+# configuration; no value is on a command line.
 
 locals {
   p = merge({
@@ -68,16 +69,8 @@ resource "terraform_data" "release" {
   # inventory lease first. The pool keeper sees it reach standby.
   provisioner "local-exec" {
     when        = destroy
-    interpreter = ["/bin/sh", "-c"]
-    command     = <<-EOT
-      set -eu
-      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
-      "$FULFILLER_BINARY" robot release --server "$ROBOT_SERVER" \
-        --hostname "robot-$ROBOT_SERVER" --image "$ROBOT_IMAGE" --drives "$ROBOT_DRIVES" \
-        --ssh-host "$ROBOT_SSH_HOST" --ssh-port "$ROBOT_SSH_PORT" \
-        --inventory-namespace "$ROBOT_NAMESPACE" --holder "$ROBOT_HOLDER" \
-        --rescue-timeout "$ROBOT_RESCUE_TIMEOUT" --poll-interval "$ROBOT_POLL_INTERVAL"
-    EOT
+    interpreter = ["fulfiller", "robot"]
+    command     = "release"
     environment = self.input
   }
 }
@@ -94,15 +87,11 @@ resource "terraform_data" "server" {
     ROBOT_RELEASE_APART = "true"
   })
 
-  # The user data goes to a 0600 file through printf (a shell builtin, so it is on no
-  # command line). tofu suppresses this provisioner's output: its environment is sensitive.
+  # The user data goes to a 0600 file from the environment, so it is on no command line.
+  # tofu suppresses this provisioner's output: its environment is sensitive.
   provisioner "local-exec" {
-    interpreter = ["/bin/sh", "-c"]
-    command     = <<-EOT
-      set -eu
-      umask 077
-      printf '%s' "$ROBOT_USER_DATA" > "$ROBOT_USER_DATA_FILE"
-    EOT
+    interpreter = ["fulfiller", "robot"]
+    command     = "user-data"
     environment = {
       ROBOT_USER_DATA      = var.user_data
       ROBOT_USER_DATA_FILE = local.user_data_file
@@ -113,44 +102,27 @@ resource "terraform_data" "server" {
   # (rescue, reset, installimage with the cloud-init seed, reboot). Its output, and the
   # "robot error <Reason>: ..." line of a failure, show in the run log.
   provisioner "local-exec" {
-    interpreter = ["/bin/sh", "-c"]
-    command     = <<-EOT
-      set -eu
-      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
-      trap 'rm -f "$ROBOT_USER_DATA_FILE"' EXIT
-      "$FULFILLER_BINARY" robot activate --server "$ROBOT_SERVER" --path "$ROBOT_PATH" \
-        --host-key "$ROBOT_HOST_KEY" --user-data-file "$ROBOT_USER_DATA_FILE" \
-        --hostname "$ROBOT_HOSTNAME" --image "$ROBOT_IMAGE" --drives "$ROBOT_DRIVES" \
-        --ssh-host "$ROBOT_SSH_HOST" --ssh-port "$ROBOT_SSH_PORT" \
-        --inventory-namespace "$ROBOT_NAMESPACE" --holder "$ROBOT_HOLDER" \
-        --rescue-timeout "$ROBOT_RESCUE_TIMEOUT" --install-timeout "$ROBOT_INSTALL_TIMEOUT" \
-        --warm-timeout "$ROBOT_WARM_TIMEOUT" --poll-interval "$ROBOT_POLL_INTERVAL"
-    EOT
+    interpreter = ["fulfiller", "robot"]
+    command     = "activate"
     environment = merge(local.common, {
       ROBOT_PATH           = local.p.activation_path
       ROBOT_HOST_KEY       = local.p.host_key
       ROBOT_IMAGE          = local.p.image
       ROBOT_WARM_TIMEOUT   = local.p.warm_timeout
       ROBOT_USER_DATA_FILE = local.user_data_file
+      # The user data's file is removed when the activation ends, however it ends.
+      ROBOT_REMOVE_USER_DATA_FILE = "true"
     })
   }
 
   # The release of a node activated by an earlier version of this module, whose state has
   # no terraform_data.release (and no ROBOT_RELEASE_APART in this resource's input): as that
-  # version released it. Every later state's node is released by terraform_data.release.
+  # version released it. Every later state's node is released by terraform_data.release:
+  # with ROBOT_RELEASE_APART set, this release does nothing.
   provisioner "local-exec" {
     when        = destroy
-    interpreter = ["/bin/sh", "-c"]
-    command     = <<-EOT
-      set -eu
-      if [ "$${ROBOT_RELEASE_APART:-}" = true ]; then exit 0; fi
-      : "$${FULFILLER_BINARY:?FULFILLER_BINARY must name the fulfiller binary}"
-      "$FULFILLER_BINARY" robot release --server "$ROBOT_SERVER" \
-        --hostname "robot-$ROBOT_SERVER" --image "$ROBOT_IMAGE" --drives "$ROBOT_DRIVES" \
-        --ssh-host "$ROBOT_SSH_HOST" --ssh-port "$ROBOT_SSH_PORT" \
-        --inventory-namespace "$ROBOT_NAMESPACE" --holder "$ROBOT_HOLDER" \
-        --rescue-timeout "$ROBOT_RESCUE_TIMEOUT" --poll-interval "$ROBOT_POLL_INTERVAL"
-    EOT
+    interpreter = ["fulfiller", "robot"]
+    command     = "release"
     environment = self.input
   }
 }

@@ -43,7 +43,6 @@ func TestRunInImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := newNetNS(t, server.Host)
-	uid, gid := imageUser()
 	dir := filepath.Join(fs, "tmp", "run")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -73,26 +72,7 @@ func TestRunInImage(t *testing.T) {
 	}
 	run := func(op tfrunner.Operation) tfrunner.Result {
 		t.Helper()
-		reqFile := "request-" + string(op) + ".json"
-		if err := tfrunner.WriteRequest(filepath.Join(dir, reqFile), request(op)); err != nil {
-			t.Fatal(err)
-		}
-		if err := chownTree(dir, int(uid), int(gid)); err != nil {
-			t.Fatal(err)
-		}
-		var log testenv.SyncBuffer
-		cmd := imageCmd(fs, "/tmp/run", nil, "/usr/local/bin/fulfiller", "run", "--request", "/tmp/run/"+reqFile,
-			"--result", "/tmp/run/result-"+string(op)+".json")
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := ns.start(cmd); err != nil {
-			t.Fatal(err)
-		}
-		waitErr := cmd.Wait()
-		res, err := tfrunner.ReadResult(filepath.Join(dir, "result-"+string(op)+".json"))
-		if err != nil || waitErr != nil || !res.Succeeded {
-			t.Fatalf("fulfiller run (%s) in the image: %v, %v, %+v\nrun log:\n%s", op, waitErr, err, res.Error, log.String())
-		}
-		return res
+		return runInImage(t, fs, ns, dir, request(op))
 	}
 
 	applied := run(tfrunner.Apply)
@@ -136,6 +116,35 @@ func TestRunInImage(t *testing.T) {
 	if len(state.Resources) != 0 {
 		t.Errorf("the state after the destroy holds %d resources", len(state.Resources))
 	}
+}
+
+// runInImage runs req through `fulfiller run` in the image, in ns, as a runner Job does; dir
+// is the image's /tmp/run, which holds the request and the result. It fails the test unless
+// the run succeeded, with the run's log.
+func runInImage(t *testing.T, rootfs string, ns *netNS, dir string, req tfrunner.Request) tfrunner.Result {
+	t.Helper()
+	op := string(req.Operation)
+	reqFile := "request-" + op + ".json"
+	if err := tfrunner.WriteRequest(filepath.Join(dir, reqFile), req); err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := imageUser()
+	if err := chownTree(dir, int(uid), int(gid)); err != nil {
+		t.Fatal(err)
+	}
+	var log testenv.SyncBuffer
+	cmd := imageCmd(rootfs, "/tmp/run", nil, "/usr/local/bin/fulfiller", "run", "--request", "/tmp/run/"+reqFile,
+		"--result", "/tmp/run/result-"+op+".json")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := ns.start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	waitErr := cmd.Wait()
+	res, err := tfrunner.ReadResult(filepath.Join(dir, "result-"+op+".json"))
+	if err != nil || waitErr != nil || !res.Succeeded {
+		t.Fatalf("fulfiller run (%s) in the image: %v, %v, %+v\nrun log:\n%s", op, waitErr, err, res.Error, log.String())
+	}
+	return res
 }
 
 // addSimCloud adds what modules/sim's provisioners run to the unpacked image: a static

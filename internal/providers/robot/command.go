@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"os/signal"
 	"strconv"
@@ -46,32 +47,73 @@ const InventoryPool = "robot"
 
 // Main is `fulfiller robot`, run by modules/hetzner-robot's provisioners:
 //
-//	fulfiller robot activate --server N --path warm|cold [--host-key KEY] --user-data-file PATH ...
-//	fulfiller robot release  --server N ...
-//	fulfiller robot probe    --server N --host-key KEY
+//	fulfiller robot user-data --user-data-file PATH           (the user data from ROBOT_USER_DATA)
+//	fulfiller robot activate  --server N --path warm|cold [--host-key KEY] --user-data-file PATH ...
+//	fulfiller robot release   --server N ...
+//	fulfiller robot probe     --server N --host-key KEY
 //
-// Credentials come from the environment (HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY), the
-// inventory through FULFILLER_KUBECONFIG (the runner's), KUBE_CONFIG_PATH or the pod's
-// service account. Progress goes to stdout;
-// a failure is one line on stderr, "robot error <Reason>: <message>", and exit code 1.
+// A flag not given on the command line is read from its ROBOT_* variable (flagEnv), so that
+// a provisioner runs the command without a shell: `interpreter = ["fulfiller", "robot"]`,
+// `command = "activate"`, the values in its `environment`. Credentials come from the
+// environment (HROBOT_USER, HROBOT_PASSWORD, HROBOT_SSH_KEY), the inventory through
+// FULFILLER_KUBECONFIG (the runner's), KUBE_CONFIG_PATH or the pod's service account.
+// Progress goes to stdout; a failure is one line on stderr, "robot error <Reason>: <message>",
+// and exit code 1.
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, args, os.Getenv, os.Stdout, os.Stderr)
 }
 
+// EnvUserData holds the claim's user data for `fulfiller robot user-data`, which writes it to
+// the --user-data-file; it is never a flag, so it is on no command line.
+const EnvUserData = "ROBOT_USER_DATA"
+
+// flagEnv names the variable each operation reads a flag from when the command line does not
+// give it. A release installs a standby, named robot-<server>, so it reads no ROBOT_HOSTNAME
+// (the module's variables name the claim's node there).
+var flagEnv = map[string]map[string]string{
+	"user-data": {"user-data-file": "ROBOT_USER_DATA_FILE"},
+	"activate": {
+		"server": "ROBOT_SERVER", "path": "ROBOT_PATH", "host-key": "ROBOT_HOST_KEY",
+		"user-data-file": "ROBOT_USER_DATA_FILE", "remove-user-data-file": "ROBOT_REMOVE_USER_DATA_FILE",
+		"hostname": "ROBOT_HOSTNAME", "image": "ROBOT_IMAGE", "drives": "ROBOT_DRIVES",
+		"ssh-host": "ROBOT_SSH_HOST", "ssh-port": "ROBOT_SSH_PORT",
+		"inventory-namespace": "ROBOT_NAMESPACE", "holder": "ROBOT_HOLDER",
+		"rescue-timeout": "ROBOT_RESCUE_TIMEOUT", "install-timeout": "ROBOT_INSTALL_TIMEOUT",
+		"warm-timeout": "ROBOT_WARM_TIMEOUT", "poll-interval": "ROBOT_POLL_INTERVAL",
+	},
+	"release": {
+		"server": "ROBOT_SERVER", "released-apart": "ROBOT_RELEASE_APART",
+		"image": "ROBOT_IMAGE", "drives": "ROBOT_DRIVES",
+		"ssh-host": "ROBOT_SSH_HOST", "ssh-port": "ROBOT_SSH_PORT",
+		"inventory-namespace": "ROBOT_NAMESPACE", "holder": "ROBOT_HOLDER",
+		"rescue-timeout": "ROBOT_RESCUE_TIMEOUT", "poll-interval": "ROBOT_POLL_INTERVAL",
+	},
+	"probe": {"server": "ROBOT_SERVER", "host-key": "ROBOT_HOST_KEY"},
+}
+
+const usage = "usage: fulfiller robot user-data|activate|release|probe [flags]"
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: fulfiller robot activate|release|probe --server N [flags]")
+		fmt.Fprintln(stderr, usage)
 		return 2
 	}
 	op := args[0]
+	envOf, ok := flagEnv[op]
+	if !ok {
+		fmt.Fprintf(stderr, "fulfiller robot: unknown operation %q (user-data, activate, release, probe)\n", op)
+		return 2
+	}
 	fs := flag.NewFlagSet("robot "+op, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	server := fs.Int("server", 0, "server number")
 	path := fs.String("path", string(Warm), "activation path: warm or cold")
 	hostKey := fs.String("host-key", "", "host key recorded at the server's install (authorized_keys format)")
 	userDataFile := fs.String("user-data-file", "", "file with the claim's cloud-init user data")
+	removeUserData := fs.Bool("remove-user-data-file", false, "remove the user data's file when the activation ends")
+	releasedApart := fs.Bool("released-apart", false, "do nothing: another resource of the module releases the server")
 	hostname := fs.String("hostname", "", "hostname of an install (default robot-<server>)")
 	image := fs.String("image", "", "installimage image of an install")
 	drives := fs.String("drives", "/dev/sda,/dev/sdb", "comma-separated drives of an install")
@@ -83,16 +125,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	installTimeout := fs.Duration("install-timeout", 30*time.Minute, "how long installimage and the first boot may take")
 	warmTimeout := fs.Duration("warm-timeout", 2*time.Minute, "how long to wait for a standby server's SSH")
 	poll := fs.Duration("poll-interval", 5*time.Second, "how often to try an SSH endpoint again")
-	if op != "activate" && op != "release" && op != "probe" {
-		fmt.Fprintf(stderr, "fulfiller robot: unknown operation %q (activate, release, probe)\n", op)
-		return 2
-	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if *server <= 0 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "fulfiller robot: --server N is required")
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fulfiller robot %s: unexpected arguments %q\n", op, fs.Args())
 		return 2
+	}
+	if err := flagsFromEnv(fs, envOf, getenv); err != nil {
+		fmt.Fprintf(stderr, "fulfiller robot %s: %v\n", op, err)
+		return 2
+	}
+	if op == "user-data" {
+		if *userDataFile == "" {
+			fmt.Fprintln(stderr, "fulfiller robot user-data: --user-data-file (ROBOT_USER_DATA_FILE) is required")
+			return 2
+		}
+		if err := WriteUserData(*userDataFile, getenv(EnvUserData)); err != nil {
+			fmt.Fprintf(stderr, "robot error %s: %s\n", robotrules.ReasonFailed, oneLine(err.Error()))
+			return 1
+		}
+		return 0
+	}
+	if *server <= 0 {
+		fmt.Fprintln(stderr, "fulfiller robot: --server N (ROBOT_SERVER) is required")
+		return 2
+	}
+	if op == "activate" && *removeUserData && *userDataFile != "" {
+		defer func() {
+			if err := os.Remove(*userDataFile); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+				fmt.Fprintf(stderr, "robot: removing the user data's file: %v\n", err)
+			}
+		}()
+	}
+	if op == "release" && *releasedApart {
+		fmt.Fprintf(stdout, "robot: server %d is released by the module's release resource\n", *server)
+		return 0
 	}
 
 	fail := func(err error) int {
@@ -264,6 +332,44 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// WriteUserData writes a claim's user data to path, readable by its owner only, replacing what
+// is there.
+func WriteUserData(path, userData string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("writing the user data: %w", err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing the user data: %w", err)
+	}
+	if _, err := io.WriteString(f, userData); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing the user data: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing the user data: %w", err)
+	}
+	return nil
+}
+
+// flagsFromEnv sets each flag the command line did not give from its variable in envOf, when
+// that variable is set and not empty.
+func flagsFromEnv(fs *flag.FlagSet, envOf map[string]string, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for name, env := range envOf {
+		v := getenv(env)
+		if given[name] || v == "" {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("%s=%q for --%s: %w", env, v, name, err)
+		}
+	}
+	return nil
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
