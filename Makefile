@@ -10,6 +10,9 @@ export FULFILLER_TOOLS_BIN := $(FULFILLER_CACHE)/tools/bin
 unexport TF_CLI_CONFIG_FILE
 
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
+# The unit and controller tests run with the race detector; the end-to-end, chart, image and
+# benchmark suites under test/ run without it (their time goes to tofu, machines and builds).
+RACE_PACKAGES := ./api/... ./cmd/... ./hack/... ./internal/...
 
 .PHONY: all tools image-tools bench-tools generate chart-crds api-docs docs-check verify-generate build test test-unit vet lint bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
 
@@ -89,14 +92,15 @@ vet: ## go vet (the project and the image builder), gofmt and license header che
 
 lint: ## golangci-lint with .golangci.yaml (goimports, govet, staticcheck, errorlint, errcheck, ...) on the project and the image builder; builds the pinned linter first (cached)
 	@TOOLS=golangci-lint hack/tools.sh >/dev/null
-	$(FULFILLER_TOOLS_BIN)/golangci-lint run ./...
-	cd hack/image && $(FULFILLER_TOOLS_BIN)/golangci-lint run ./...
+	$(FULFILLER_TOOLS_BIN)/golangci-lint run --allow-parallel-runners ./...
+	cd hack/image && $(FULFILLER_TOOLS_BIN)/golangci-lint run --allow-parallel-runners ./...
 
 test-unit: ## the inner loop, in seconds: the tests that need no tools and no control plane (hack/unit-packages.sh lists them)
 	pkgs=$$(hack/unit-packages.sh) && go test -count=1 $$pkgs
 
-test: tools image-tools vet lint verify-generate ## build the tools, then run every test suite against them (test/image builds the image)
-	go test $(GO_TEST_FLAGS) ./...
+test: tools image-tools vet lint verify-generate ## build the tools, then run every test suite against them, the unit and controller tests with -race (test/image builds the image)
+	go test $(GO_TEST_FLAGS) -race $(RACE_PACKAGES)
+	go test $(GO_TEST_FLAGS) ./test/...
 
 BENCH ?= .
 bench: tools bench-tools ## run the benchmarks (test/bench): bursts against Karpenter's kwok provider, one run's phases, runner overhead, 20 claims through Jobs (BENCH=, BENCH_CASES=, BENCH_ROUNDS=, BENCH_BASELINE_REV=)
