@@ -212,6 +212,133 @@ func assertClaimsDestroyed(t *testing.T, ctx context.Context, claims map[string]
 	}
 }
 
+// TestDriftRolloutUnderBudget: a module change drifts every node of a pool whose disruption
+// budget is one node; Karpenter replaces them one at a time, each pod moving to a new node,
+// and the fulfiller destroys each old machine and removes its state.
+func TestDriftRolloutUnderBudget(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Minute)
+	const pool, app = "e2e-drift", "drift"
+	np := nodePool(pool, pool)
+	np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "1"}}
+	startScenario(t, ctx, nodeClass(pool, nodeType("drift-node", "0.01", nil)), np)
+	defer cleanup(t, app, pool, pool)
+	// One pod of 1.5 cpu fits a node of 1.9 allocatable, so 3 pods make 3 nodes.
+	create(t, ctx, deployment(app, pool, 3, "1500m"))
+	eventually(t, ctx, 4*time.Minute, "3 pods to be Ready", func(ctx context.Context) (bool, error) {
+		ready, _, err := readyPods(ctx, app)
+		return len(ready) == 3, err
+	})
+	// A pod binds once its Node is Ready; Karpenter marks the claim Initialized a moment later.
+	eventually(t, ctx, time.Minute, "3 nodeclaims to be Initialized", func(ctx context.Context) (bool, error) {
+		claims := poolClaims(t, ctx, pool)
+		return len(claims) == 3 && !slices.ContainsFunc(claims, func(c karpv1.NodeClaim) bool {
+			return !c.StatusConditions().IsTrue(karpv1.ConditionTypeInitialized)
+		}), nil
+	})
+	old := map[string]string{} // claim name → state key
+	oldNodes := map[string]bool{}
+	for _, c := range poolClaims(t, ctx, pool) {
+		f := &v1alpha1.Fulfillment{}
+		if err := env.kube.Get(ctx, client.ObjectKey{Name: c.Name}, f); err != nil {
+			t.Fatal(err)
+		}
+		old[c.Name], oldNodes[c.Status.NodeName] = f.Spec.StateKey, true
+	}
+	if len(old) != 3 {
+		t.Fatalf("%d nodeclaims for 3 pods that fit one per node, want 3", len(old))
+	}
+
+	// Karpenter's count (disruption helpers, NodePoolStatsFromNodes): an old claim consumes
+	// the budget from when a disruption command marks it (its Node tainted
+	// karpenter.sh/disrupted and the claim's DisruptionReason condition True) or it is deleted,
+	// until its instance is terminating. Each count reads one watch, whose events come in the
+	// order they happened: the claims' for Karpenter's, the Nodes' for old Nodes that still
+	// exist and are tainted or deleting.
+	var disrupting, maxDisrupting, maxNodes int
+	drifted := map[string]bool{}
+	w := watchCluster(t, pool, app, func(w *clusterWatch, _ watch.EventType, obj client.Object, _ time.Time) {
+		switch obj.(type) {
+		case *karpv1.NodeClaim:
+			n := 0
+			for name, c := range w.claims {
+				if _, ok := old[name]; !ok {
+					continue
+				}
+				conds := c.StatusConditions()
+				if conds.IsTrue(karpv1.ConditionTypeDrifted) {
+					drifted[name] = true
+				}
+				if (conds.IsTrue(karpv1.ConditionTypeDisruptionReason) || c.DeletionTimestamp != nil) && !conds.IsTrue(karpv1.ConditionTypeInstanceTerminating) {
+					n++
+				}
+			}
+			disrupting, maxDisrupting = n, max(maxDisrupting, n)
+		case *corev1.Node:
+			n := 0
+			for name, node := range w.nodes {
+				if oldNodes[name] && (hasTaint(node, karpv1.DisruptedTaintKey) || node.DeletionTimestamp != nil) {
+					n++
+				}
+			}
+			maxNodes = max(maxNodes, n)
+		}
+	})
+
+	nc := &v1alpha1.TofuNodeClass{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: pool}, nc); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(nc.DeepCopy())
+	nc.Spec.Module.Version = "e2e-2"
+	if err := env.kube.Patch(ctx, nc, patch); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	eventually(t, ctx, 6*time.Minute, "every old node to be gone and 3 pods Ready on new nodes", func(ctx context.Context) (bool, error) {
+		nodes := &corev1.NodeList{}
+		if err := env.kube.List(ctx, nodes, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}); err != nil {
+			return false, err
+		}
+		if slices.ContainsFunc(nodes.Items, func(n corev1.Node) bool { return oldNodes[n.Name] }) {
+			return false, nil
+		}
+		ready, deleting, err := readyPods(ctx, app)
+		return len(ready) == 3 && len(deleting) == 0 && !slices.ContainsFunc(ready, func(p corev1.Pod) bool { return oldNodes[p.Spec.NodeName] }), err
+	})
+	took := time.Since(changed)
+
+	w.read(t, func() {
+		t.Logf("rollout of 3 nodes: old nodes gone and 3 pods Ready on new nodes %s after the module version changed; at most %d old claim(s) disrupted at once by Karpenter's count, at most %d old Node(s) tainted or deleting at once",
+			took.Round(time.Second), maxDisrupting, maxNodes)
+		if maxDisrupting != 1 {
+			t.Errorf("at most %d old claims were disrupted at once, want 1 (the budget is one node, and every node is replaced)", maxDisrupting)
+		}
+		if disrupting != 0 {
+			t.Errorf("%d old claims are still counted as disrupted after the rollout", disrupting)
+		}
+		for name := range old {
+			if !drifted[name] {
+				t.Errorf("nodeclaim %s was never seen Drifted", name)
+			}
+		}
+	})
+	for name := range old {
+		events := claimEvents(t, ctx, name, "DisruptionTerminating")
+		if !slices.ContainsFunc(events, func(e corev1.Event) bool { return strings.Contains(e.Message, "Drifted") }) {
+			t.Errorf("nodeclaim %s has no DisruptionTerminating event for Drifted: %+v", name, events)
+		}
+	}
+	eventually(t, ctx, time.Minute, "the old nodeclaims to be gone", func(ctx context.Context) (bool, error) {
+		return !slices.ContainsFunc(poolClaims(t, ctx, pool), func(c karpv1.NodeClaim) bool { _, ok := old[c.Name]; return ok }), nil
+	})
+	assertClaimsDestroyed(t, ctx, old)
+	for _, c := range poolClaims(t, ctx, pool) {
+		if c.StatusConditions().IsTrue(karpv1.ConditionTypeDrifted) {
+			t.Errorf("new nodeclaim %s is drifted", c.Name)
+		}
+	}
+}
+
 // podLife is what the watch saw of one pod of a drain.
 type podLife struct {
 	node             string
