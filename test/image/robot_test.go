@@ -106,17 +106,7 @@ func TestRobotInImage(t *testing.T) {
 	ns := newNetNS(t, server.Host, webservice.Host, sshAddr)
 	testenv.Eventually(t, 30*time.Second, "the standby server to boot", func() bool { _, up := srv.State(); return up })
 
-	dir := filepath.Join(fs, "tmp", "run")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := runDir(t, fs, cp)
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	tok, err := testenv.MintToken(ctx, cs, time.Now().Add(15*time.Minute), "robot in the image")
 	if err != nil {

@@ -43,17 +43,7 @@ func TestRunInImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := newNetNS(t, server.Host)
-	dir := filepath.Join(fs, "tmp", "run")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := runDir(t, fs, cp)
 
 	const name = "image-run"
 	key := statelock.Key(name)
@@ -116,6 +106,24 @@ func TestRunInImage(t *testing.T) {
 	if len(state.Resources) != 0 {
 		t.Errorf("the state after the destroy holds %d resources", len(state.Resources))
 	}
+}
+
+// runDir makes the image's /tmp/run, where runInImage's requests and results go, with the
+// control plane's kubeconfig as /tmp/run/kubeconfig, and returns its path outside the image.
+func runDir(t *testing.T, rootfs string, cp *testenv.ControlPlane) string {
+	t.Helper()
+	dir := filepath.Join(rootfs, "tmp", "run")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // runInImage runs req through `fulfiller run` in the image, in ns, as a runner Job does; dir
