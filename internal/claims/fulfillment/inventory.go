@@ -125,11 +125,13 @@ func inventorySamples(fs []v1alpha1.Fulfillment, families map[string]string, now
 		} else {
 			add(accruedCostDesc, f, "", 0)
 		}
-		for _, c := range f.Status.Conditions {
-			if c.Type == v1alpha1.ConditionScaleDownHeld {
-				// Series of the classes with the policy only; 0 while none of their claims is held.
-				add(heldDesc, f, "", map[bool]float64{true: 1}[c.IsTrue()])
+		if c := f.StatusConditions().Get(v1alpha1.ConditionScaleDownHeld); c != nil {
+			// Series of the classes with the policy only; 0 while none of their claims is held.
+			held := 0.0
+			if c.IsTrue() {
+				held = 1
 			}
+			add(heldDesc, f, "", held)
 		}
 		for _, r := range f.Status.Runs {
 			if r.Phase == v1alpha1.RunRunning {

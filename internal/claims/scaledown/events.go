@@ -46,10 +46,5 @@ func changeEvents(before, after *v1alpha1.Fulfillment, claim *karpv1.NodeClaim) 
 
 // held is a Fulfillment's ScaleDownHeld condition, nil without one.
 func held(f *v1alpha1.Fulfillment) *status.Condition {
-	for i := range f.Status.Conditions {
-		if f.Status.Conditions[i].Type == v1alpha1.ConditionScaleDownHeld {
-			return &f.Status.Conditions[i]
-		}
-	}
-	return nil
+	return f.StatusConditions().Get(v1alpha1.ConditionScaleDownHeld)
 }
