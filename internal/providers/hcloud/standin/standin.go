@@ -29,6 +29,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fulfiller-sh/fulfiller/internal/apitally"
 )
 
 // Options configure a stand-in.
@@ -119,6 +121,7 @@ type StandIn struct {
 	budget          bucket
 	faults          faults
 	requests        []Request
+	tally           apitally.Tally
 	addresses       int
 	afterCreate     func(Server)
 }
@@ -254,6 +257,9 @@ type Request struct {
 	Status int
 	// Code is the error code of an error answer.
 	Code string
+	// Endpoint is the method and the route's template (GET /servers/{id}); Token the
+	// request's token by apitally.TokenID; Agent its User-Agent.
+	Endpoint, Token, Agent string
 }
 
 func (r Request) String() string {
@@ -271,6 +277,35 @@ func (s *StandIn) Requests() []Request {
 	return append([]Request(nil), s.requests...)
 }
 
+// Counts returns how many API requests were answered so far per endpoint (the method and
+// the route's template: GET /servers/{id}, POST /servers/{id}/actions/poweron), token (by
+// apitally.TokenID), User-Agent and status, rate-limited and refused ones included. The
+// metadata service's requests are not the API's and are not counted.
+func (s *StandIn) Counts() []apitally.Count { return s.tally.Counts() }
+
+// endpoint is the method and route template of an API request ("GET ?" when none matches):
+// the mux's pattern without /v1, with a server action's name in place of {action}, since
+// each action is an endpoint of its own.
+func (s *StandIn) endpoint(r *http.Request) string {
+	_, pattern := s.mux.Handler(r)
+	method, route, ok := strings.Cut(pattern, " ")
+	if !ok || !strings.HasPrefix(route, "/v1/") {
+		return r.Method + " ?"
+	}
+	route = strings.TrimPrefix(route, "/v1")
+	if strings.Contains(route, "{action}") {
+		action := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+		route = strings.Replace(route, "{action}", action, 1)
+	}
+	return method + " " + route
+}
+
+// bearer is the token of a request's Authorization header.
+func bearer(r *http.Request) string {
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return token
+}
+
 // ServeHTTP answers API requests under /v1 (rate limited and authenticated) and the
 // servers' metadata under /metadata/<server-id>/.
 func (s *StandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -286,7 +321,9 @@ func (s *StandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.URL.RawQuery != "" {
 			path += "?" + r.URL.RawQuery
 		}
-		req := Request{Time: time.Now(), Method: r.Method, Path: path, Status: rec.status, Code: rec.code}
+		req := Request{Time: time.Now(), Method: r.Method, Path: path, Status: rec.status, Code: rec.code,
+			Endpoint: s.endpoint(r), Token: apitally.TokenID(bearer(r)), Agent: r.UserAgent()}
+		s.tally.Add(apitally.Key{Endpoint: req.Endpoint, Token: req.Token, Agent: req.Agent, Status: req.Status})
 		s.mu.Lock()
 		s.requests = append(s.requests, req)
 		s.mu.Unlock()

@@ -21,6 +21,7 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"github.com/hetznercloud/hcloud-go/v2/hcloud/metadata"
 
+	"github.com/fulfiller-sh/fulfiller/internal/apitally"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 )
 
@@ -637,5 +638,73 @@ func TestAfterCreate(t *testing.T) {
 	s.AfterCreate(nil)
 	if _, _, err := newClient(s).Server.Create(ctx, createOpts("not-hooked")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCounts: requests are counted per endpoint (the route's template, a server action by
+// its name), token (a hash, never the token), User-Agent and status, refused ones too.
+func TestCounts(t *testing.T) {
+	ctx := context.Background()
+	s := quick(t, standin.Options{})
+	c := newClient(s, hcloud.WithApplication("counted", "1.0"))
+	res, _, err := c.Server.Create(ctx, createOpts("node-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Action.WaitFor(ctx, append([]*hcloud.Action{res.Action}, res.NextActions...)...); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, _, err := c.Server.GetByID(ctx, res.Server.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := c.Server.Poweroff(ctx, res.Server); err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Repeat("o", 64)
+	bad := hcloud.NewClient(hcloud.WithEndpoint(s.Endpoint()), hcloud.WithToken(other), hcloud.WithApplication("other", "2.0"),
+		hcloud.WithRetryOpts(hcloud.RetryOpts{MaxRetries: 0}))
+	if _, _, err := bad.Server.GetByID(ctx, res.Server.ID); !hcloud.IsError(err, hcloud.ErrorCodeUnauthorized) {
+		t.Fatalf("with another token: %v", err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint()+"/volumes/7", nil)
+	req.Header.Set("Authorization", "Bearer "+s.Token())
+	req.Header.Set("User-Agent", "plain")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+
+	counts := s.Counts()
+	byEndpoint := map[string]int{}
+	for _, n := range counts {
+		if strings.Contains(n.Token, s.Token()) || strings.Contains(n.Token, other) {
+			t.Errorf("a count holds a token: %+v", n)
+		}
+		if n.Key.Token == apitally.TokenID(other) {
+			if n.Endpoint != "GET /servers/{id}" || n.Status != http.StatusUnauthorized || !strings.HasPrefix(n.Agent, "other/2.0") || n.Requests != 1 {
+				t.Errorf("the other token's request counted as %+v", n)
+			}
+			continue
+		}
+		if n.Key.Token != apitally.TokenID(s.Token()) {
+			t.Errorf("count %+v: token %q is neither the project's nor the other", n, n.Key.Token)
+		}
+		byEndpoint[n.Endpoint] += n.Requests
+	}
+	polls := byEndpoint["GET /actions"] + byEndpoint["GET /actions/{id}"]
+	if byEndpoint["POST /servers"] != 1 || byEndpoint["GET /servers/{id}"] != 2 || byEndpoint["POST /servers/{id}/actions/poweroff"] != 1 ||
+		byEndpoint["GET ?"] != 1 || polls == 0 {
+		t.Errorf("counts per endpoint %v; want 1 create, 2 reads, 1 poweroff, 1 unknown and the polls", byEndpoint)
+	}
+	if made, counted := len(s.Requests()), apitally.Sum(counts, nil); made != counted {
+		t.Errorf("%d requests answered, %d counted", made, counted)
+	}
+	for _, n := range counts {
+		if n.Key.Token == apitally.TokenID(s.Token()) && n.Endpoint != "GET ?" && !strings.HasPrefix(n.Agent, "counted/1.0 hcloud-go/") {
+			t.Errorf("count %+v: agent %q; want hcloud-go's with the application", n, n.Agent)
+		}
 	}
 }

@@ -40,6 +40,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"k8s.io/utils/clock"
 
+	"github.com/fulfiller-sh/fulfiller/internal/apitally"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/robot"
 )
 
@@ -63,6 +64,7 @@ type API struct {
 	sent     map[string][]time.Time
 	calls    []string
 	byServer map[int][]string
+	tally    apitally.Tally
 }
 
 // StartAPI serves the webservice on a loopback port until Close.
@@ -109,6 +111,23 @@ func (a *API) ServerCalls(n int) []string {
 	return append([]string(nil), a.byServer[n]...)
 }
 
+// Counts returns how many requests the webservice answered so far per endpoint (its method
+// and route, "POST /reset/{server-number}", as robot names them; "<method> ?" for a path that
+// is none), webservice user (apitally.TokenID of the user and password, never either),
+// User-Agent and status, refused ones included.
+func (a *API) Counts() []apitally.Count { return a.tally.Counts() }
+
+// statusRecorder remembers an answer's status.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	r.status = status
+	r.ResponseWriter.WriteHeader(status)
+}
+
 func (a *API) key(fp string) (robot.Key, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -140,6 +159,22 @@ var routes = []route{
 
 func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 	user, pass, ok := r.BasicAuth()
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	w = rec
+	endpoint := r.Method + " ?"
+	for _, rt := range routes {
+		if rt.method == r.Method && rt.pattern.MatchString(r.URL.Path) {
+			endpoint = rt.name
+			break
+		}
+	}
+	var credentials string
+	if ok {
+		credentials = user + ":" + pass
+	}
+	defer func() {
+		a.tally.Add(apitally.Key{Endpoint: endpoint, Token: apitally.TokenID(credentials), Agent: r.UserAgent(), Status: rec.status})
+	}()
 	if !ok || subtle.ConstantTimeCompare([]byte(user), []byte(a.cfg.User)) != 1 || subtle.ConstantTimeCompare([]byte(pass), []byte(a.cfg.Password)) != 1 {
 		writeError(w, http.StatusUnauthorized, robot.CodeUnauthorized, "Unable to authenticate", nil)
 		return
