@@ -98,7 +98,7 @@ func (a *api) do(ctx context.Context, method, path string, query url.Values) ([]
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	req, err := hcloudrules.NewRequest(ctx, method, target, a.token)
+	req, err := hcloudrules.NewRequest(ctx, method, target, a.token, hcloudrules.AgentController)
 	if err != nil {
 		return nil, nil, err
 	}

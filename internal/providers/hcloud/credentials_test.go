@@ -13,6 +13,7 @@ import (
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
+	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/hcloudrules"
 	"github.com/fulfiller-sh/fulfiller/internal/providers/hcloud/standin"
 )
 
@@ -95,6 +96,9 @@ func TestCheckCredentials(t *testing.T) {
 			var reads []string
 			for _, r := range s.Requests() {
 				reads = append(reads, r.Method+" "+r.Path)
+				if r.Agent != hcloudrules.AgentController {
+					t.Errorf("%s came from User-Agent %q, want the controller's %q", r, r.Agent, hcloudrules.AgentController)
+				}
 			}
 			want := 1
 			if tc.reason != "" && tc.fault == nil || tc.env[EnvEndpoint] != "" {

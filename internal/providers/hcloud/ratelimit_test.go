@@ -49,8 +49,14 @@ func TestRetryAfter(t *testing.T) {
 			if ok && (at.Before(before.Add(tc.want-time.Second)) || at.After(time.Now().Add(tc.want+time.Second))) {
 				t.Errorf("RetryAfter() = %s, want %s after %s", at, tc.want, before)
 			}
-			if got := s.Requests(); len(got) != tc.requests {
+			got := s.Requests()
+			if len(got) != tc.requests {
 				t.Errorf("requests = %v, want %d", got, tc.requests)
+			}
+			for _, r := range got {
+				if r.Agent != hcloudrules.AgentRunner {
+					t.Errorf("%s came from User-Agent %q, want the runner's %q", r, r.Agent, hcloudrules.AgentRunner)
+				}
 			}
 		})
 	}

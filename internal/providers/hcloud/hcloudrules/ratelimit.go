@@ -52,7 +52,7 @@ func (Rules) RetryAfter(ctx context.Context, errs []tfrunner.Diagnostic, env map
 	if !limited || env[EnvToken] == "" {
 		return time.Time{}, false
 	}
-	req, err := NewRequest(ctx, http.MethodGet, Endpoint(env)+"/servers?per_page=1", env[EnvToken])
+	req, err := NewRequest(ctx, http.MethodGet, Endpoint(env)+"/servers?per_page=1", env[EnvToken], AgentRunner)
 	if err != nil {
 		return time.Time{}, false
 	}
@@ -80,14 +80,23 @@ func Endpoint(env map[string]string) string {
 	return DefaultEndpoint
 }
 
-// NewRequest is a request to the API at target (an Endpoint and a path) with token, as the
-// family and the runner's rules make them.
-func NewRequest(ctx context.Context, method, target, token string) (*http.Request, error) {
+// The User-Agents of the fulfiller's own requests: the controller's (the family's catalogue,
+// credentials checks and inventory) and the runner's (RetryAfter's read). The hcloud
+// provider sends its own (hcloud-terraform/<version> hcloud-go/<version>), so that the
+// API's requests can be told apart by who made them.
+const (
+	AgentController = "fulfiller-controller"
+	AgentRunner     = "fulfiller-runner"
+)
+
+// NewRequest is a request to the API at target (an Endpoint and a path) with token and the
+// User-Agent agent, as the family and the runner's rules make them.
+func NewRequest(ctx context.Context, method, target, token, agent string) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("User-Agent", "fulfiller")
+	req.Header.Set("User-Agent", agent)
 	return req, nil
 }
