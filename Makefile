@@ -103,7 +103,7 @@ test: tools image-tools vet lint verify-generate ## build the tools, then run ev
 	go test $(GO_TEST_FLAGS) ./test/...
 
 BENCH ?= .
-bench: tools bench-tools ## run the benchmarks (test/bench): bursts against Karpenter's kwok provider, one run's phases, runner overhead, 20 claims through Jobs (BENCH=, BENCH_CASES=, BENCH_ROUNDS=, BENCH_BASELINE_REV=)
+bench: tools bench-tools ## run the benchmarks (test/bench): bursts against Karpenter's kwok provider, one run's phases, runner overhead, 20 claims through Jobs, Hetzner Cloud API requests per node (BENCH=, BENCH_CASES=, BENCH_ROUNDS=, BENCH_BASELINE_REV=, BENCH_IDLE=, BENCH_HCLOUD_CREATE=)
 	go test -run '^$$' -bench '$(BENCH)' -benchtime=1x -timeout=180m -v ./test/bench/
 
 DEV_DIR ?= .dev
