@@ -115,7 +115,7 @@ func NewControllers(o Options) []controller.Controller {
 			Namespace: o.Namespace, Interval: 20 * time.Second}),
 		garbagecollection.NewMachineCollector(garbagecollection.MachineOptions{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock,
 			Recorder: o.Recorder, Families: o.Families, Cluster: o.ClusterName, Namespace: o.Namespace, StateNamespace: o.StateNamespace,
-			Grace: o.OrphanGrace, Interval: time.Minute, Spend: o.spendAPI()}),
+			Grace: o.OrphanGrace, Spend: o.spendAPI()}),
 		pool.NewKeeper(pool.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families,
 			SecretNamespace: o.Namespace, StateNamespace: o.StateNamespace, Cluster: o.ClusterName, Interval: o.PoolKeeperInterval}),
 		scaledown.NewController(scaledown.Options{Kube: o.Kube, Clock: o.Clock, Recorder: o.Recorder, Families: o.Families}),

@@ -281,3 +281,28 @@ func TestMachineCollectorListsEachAccountOnce(t *testing.T) {
 		t.Errorf("deleted %v", fam.deleted)
 	}
 }
+
+// TestCollectInterval: a pass a fifth of the grace, at least a minute; a collector without
+// an interval takes its grace's.
+func TestCollectInterval(t *testing.T) {
+	for grace, want := range map[time.Duration]time.Duration{
+		DefaultOrphanGrace: 2 * time.Minute,
+		time.Minute:        time.Minute,
+		3 * time.Minute:    time.Minute,
+		time.Hour:          12 * time.Minute,
+	} {
+		if got := CollectInterval(grace); got != want {
+			t.Errorf("CollectInterval(%s) = %s, want %s", grace, got, want)
+		}
+	}
+	for _, tc := range []struct{ grace, interval, want time.Duration }{
+		{0, 0, 2 * time.Minute},
+		{time.Minute, 0, time.Minute},
+		{DefaultOrphanGrace, 30 * time.Second, 30 * time.Second},
+	} {
+		o := NewMachineCollector(MachineOptions{Grace: tc.grace, Interval: tc.interval})
+		if o.interval != tc.want {
+			t.Errorf("a collector of grace %s and interval %s makes a pass every %s, want %s", tc.grace, tc.interval, o.interval, tc.want)
+		}
+	}
+}
