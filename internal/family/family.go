@@ -50,6 +50,13 @@ type Scope struct {
 	// against what the calls left. The orphan collector sets it: its listings and deletes
 	// draw on the same budget as the runs.
 	Spend func(executor.APIDemand)
+	// Occupied, set for a Pool's Offer and Lease, says whether a Node or a NodeClaim still
+	// carries a provider ID. A pool machine's provider ID outlives its lease (hrobot://<n>
+	// names the server, whoever holds it), and Karpenter matches a claim to its Node, and
+	// keeps its cluster state, by provider ID: a claim given a machine whose previous Node
+	// is still terminating would take that Node for its own and never see its own join. A
+	// Pool offers and leases no machine whose provider ID is occupied.
+	Occupied func(ctx context.Context, providerID string) (bool, error)
 }
 
 // Catalogue (optional) offers node types from the family's own catalogue (its cloud's server

@@ -21,6 +21,9 @@ const (
 	// NodeProviderIDField indexes Nodes by spec.providerID (the join stage finds a claim's
 	// Node by it; Karpenter's operator registers it).
 	NodeProviderIDField = "spec.providerID"
+	// NodeClaimProviderIDField indexes NodeClaims by status.providerID (a pool offers no
+	// machine a claim still carries; Karpenter's operator registers it).
+	NodeClaimProviderIDField = "status.providerID"
 	// SecretTypeField indexes Secrets by type (token revocation deletes bootstrap tokens by
 	// it; the API server supports the field selector).
 	SecretTypeField = "type"
@@ -54,6 +57,9 @@ func NewClient(funcs *interceptor.Funcs, objs ...client.Object) client.WithWatch
 		WithStatusSubresource(&v1alpha1.Fulfillment{}, &v1alpha1.TofuNodeClass{}, &v1alpha1.BootReport{}, &karpv1.NodeClaim{}, &corev1.Node{}).
 		WithIndex(&corev1.Node{}, NodeProviderIDField, func(o client.Object) []string {
 			return []string{o.(*corev1.Node).Spec.ProviderID}
+		}).
+		WithIndex(&karpv1.NodeClaim{}, NodeClaimProviderIDField, func(o client.Object) []string {
+			return []string{o.(*karpv1.NodeClaim).Status.ProviderID}
 		}).
 		WithIndex(&corev1.Secret{}, SecretTypeField, func(o client.Object) []string {
 			return []string{string(o.(*corev1.Secret).Type)}

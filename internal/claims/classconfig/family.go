@@ -4,7 +4,12 @@
 package classconfig
 
 import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/billing"
@@ -34,6 +39,35 @@ type Pools struct {
 	Writer client.Client
 	// StateNamespace is where pools keep their leases: the controller's state namespace.
 	StateNamespace string
+	// Cache, when set, reads Nodes and NodeClaims from the informers' cache by provider ID
+	// (the spec.providerID and status.providerID indexes Karpenter's operator registers):
+	// the Scope's Occupied. The CloudProvider sets it; the pool keeper and the destroy do not
+	// lease.
+	Cache client.Reader
+}
+
+// Field indexes of Karpenter's operator that Occupied lists by.
+const (
+	nodeProviderIDField      = "spec.providerID"
+	nodeClaimProviderIDField = "status.providerID"
+)
+
+// occupied says whether a Node or a NodeClaim carries the provider ID.
+func occupied(c client.Reader) func(ctx context.Context, providerID string) (bool, error) {
+	return func(ctx context.Context, providerID string) (bool, error) {
+		nodes := &corev1.NodeList{}
+		if err := c.List(ctx, nodes, client.MatchingFields{nodeProviderIDField: providerID}); err != nil {
+			return false, fmt.Errorf("listing the nodes of %s: %w", providerID, err)
+		}
+		if len(nodes.Items) > 0 {
+			return true, nil
+		}
+		claims := &karpv1.NodeClaimList{}
+		if err := c.List(ctx, claims, client.MatchingFields{nodeClaimProviderIDField: providerID}); err != nil {
+			return false, fmt.Errorf("listing the nodeclaims of %s: %w", providerID, err)
+		}
+		return len(claims.Items) > 0, nil
+	}
 }
 
 // Of returns the class's Pool and its scope (without credentials); false when the class's
@@ -47,7 +81,11 @@ func (p *Pools) Of(nc *v1alpha1.TofuNodeClass) (family.Pool, family.Scope, bool)
 		return nil, family.Scope{}, false
 	}
 	pool, ok := f.(family.Pool)
-	return pool, family.Scope{Class: nc, Reader: p.Reader, Writer: p.Writer, StateNamespace: p.StateNamespace}, ok
+	s := family.Scope{Class: nc, Reader: p.Reader, Writer: p.Writer, StateNamespace: p.StateNamespace}
+	if p.Cache != nil {
+		s.Occupied = occupied(p.Cache)
+	}
+	return pool, s, ok
 }
 
 // ErrorRules are a class's error rules as the runner takes them (tfrunner.ErrorRule).

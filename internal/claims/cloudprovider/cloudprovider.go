@@ -92,7 +92,7 @@ func New(o Options) *CloudProvider {
 		c.reader = o.APIReader
 	}
 	if o.Families != nil {
-		c.pools = &classconfig.Pools{Families: o.Families, Reader: c.reader, Writer: o.Kube, StateNamespace: o.StateNamespace}
+		c.pools = &classconfig.Pools{Families: o.Families, Reader: c.reader, Writer: o.Kube, StateNamespace: o.StateNamespace, Cache: o.Kube}
 	}
 	return c
 }

@@ -19,6 +19,7 @@ import (
 	karpcloudprovider "sigs.k8s.io/karpenter/pkg/cloudprovider"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/statelock"
@@ -26,7 +27,7 @@ import (
 )
 
 // createFixture is a pool of one standby server of each type (101 ax41, 201 ax101), a Ready
-// class and a CloudProvider over it whose first Fulfillment write fails; claim may launch as
+// class and a CloudProvider over it whose first failCreates Fulfillment writes fail; claim may launch as
 // either type. firstCreate runs that failing Create and returns the server it leased.
 type createFixture struct {
 	*fixture
@@ -35,7 +36,7 @@ type createFixture struct {
 	claim    *karpv1.NodeClaim
 }
 
-func newCreateFixture(t *testing.T) *createFixture {
+func newCreateFixture(t *testing.T, failCreates int) *createFixture {
 	m := newFakeMachines(101, 201)
 	fx := newFixture(t, v1alpha1.RobotPool{Servers: append(servers("ax41", 101), servers("ax101", 201)...), Warm: int32p(0)}, m)
 	fx.keep(noClaims)
@@ -44,7 +45,7 @@ func newCreateFixture(t *testing.T) *createFixture {
 	kube := fx.s.Writer.(client.WithWatch)
 	test.Ready(fx.nc)
 	test.ExpectApplied(t, kube, fx.nc)
-	failCreate := 1
+	failCreate := failCreates
 	writer := interceptor.NewClient(kube, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if _, ok := obj.(*v1alpha1.Fulfillment); ok && failCreate > 0 {
@@ -87,7 +88,7 @@ func (cf *createFixture) firstCreate() string {
 // type and gets the same server again. The record must name the server's type, never the
 // type the retry chose.
 func TestCreateRetryRecordsTheHeldServersType(t *testing.T) {
-	cf := newCreateFixture(t)
+	cf := newCreateFixture(t, 1)
 	held := cf.firstCreate()
 	heldType := map[string]string{"101": "ax41", "201": "ax101"}[held]
 
@@ -110,7 +111,7 @@ func TestCreateRetryRecordsTheHeldServersType(t *testing.T) {
 // The same retry after the class changed so that the held server's type no longer fits the
 // claim: a CreateError that says so, no record, and no second server leased.
 func TestCreateRetryRefusesAHeldServerThatNoLongerFits(t *testing.T) {
-	cf := newCreateFixture(t)
+	cf := newCreateFixture(t, 1)
 	held := cf.firstCreate()
 	for i := range cf.nc.Spec.NodeTypes {
 		if nt := &cf.nc.Spec.NodeTypes[i]; nt.Name == map[string]string{"101": "ax41", "201": "ax101"}[held] {
@@ -133,4 +134,91 @@ func TestCreateRetryRefusesAHeldServerThatNoLongerFits(t *testing.T) {
 			t.Errorf("server %s leased to %s as well", id, it.Holder)
 		}
 	}
+}
+
+// A released server is back in standby seconds after its destroy, while Karpenter still
+// terminates its previous claim and Node, both carrying hrobot://<server>. A claim given the
+// server then would be matched to that Node by Karpenter, registered and initialized at
+// once, and never see its own Node join. Create answers insufficient capacity until neither
+// the Node nor the claim is left, and then leases the server.
+func TestCreateWaitsForTheServersPreviousNodeAndClaim(t *testing.T) {
+	cf := newCreateFixture(t, 0)
+	cf.claim.Spec.Requirements[0].Values = []string{"ax41"}
+	test.ExpectApplied(t, cf.kube, cf.claim)
+
+	// Claim and Node of server 101's previous lease, terminating: Karpenter's finalizer holds them.
+	oldClaim := test.NodeClaim("robot-old", "robot", cf.now, func(c *karpv1.NodeClaim) {
+		c.Finalizers = []string{karpv1.TerminationFinalizer}
+		c.Status.ProviderID = "hrobot://101"
+	})
+	oldNode := test.Node("robot-old", "hrobot://101", cf.now, func(n *corev1.Node) { n.Finalizers = []string{karpv1.TerminationFinalizer} })
+	for _, obj := range []client.Object{oldClaim, oldNode} {
+		test.ExpectApplied(t, cf.kube, obj)
+		if err := cf.kube.Delete(cf.ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cf.kube.Get(cf.ctx, client.ObjectKeyFromObject(oldClaim), oldClaim); err != nil {
+		t.Fatal(err)
+	}
+	if oldClaim.Status.ProviderID != "hrobot://101" {
+		oldClaim.Status.ProviderID = "hrobot://101"
+		if err := cf.kube.Status().Update(cf.ctx, oldClaim); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	holder := statelock.LeaseHolder(cf.claim.Name, string(cf.claim.UID))
+	refused := func(when string) {
+		t.Helper()
+		_, err := cf.provider.Create(cf.ctx, cf.claim)
+		if !karpcloudprovider.IsInsufficientCapacityError(err) || !strings.Contains(err.Error(), v1alpha1.ReasonPoolExhausted) {
+			t.Fatalf("%s: create = %v, want insufficient capacity, %s", when, err, v1alpha1.ReasonPoolExhausted)
+		}
+		if it := cf.item("101"); it.Leased() {
+			t.Fatalf("%s: server 101 leased to %s", when, it.Holder)
+		}
+		if counts, err := cf.fam.Offer(cf.ctx, cf.withOccupied()); err != nil || counts["ax41"] != 0 {
+			t.Fatalf("%s: offer %v, %v: want ax41 0", when, counts, err)
+		}
+	}
+	refused("node and claim terminating")
+	cf.gone(oldNode)
+	refused("the claim terminating")
+	cf.gone(oldClaim)
+
+	got, err := cf.provider.Create(cf.ctx, cf.claim)
+	if err != nil {
+		t.Fatalf("create once both are gone: %v", err)
+	}
+	if got.Status.ProviderID != "hrobot://101" || cf.item("101").Holder != holder {
+		t.Errorf("create: provider id %q, server 101 %+v; want hrobot://101 leased to the claim", got.Status.ProviderID, cf.item("101"))
+	}
+}
+
+// withOccupied is the fixture's scope as the CloudProvider's pools make it, Occupied set.
+func (cf *createFixture) withOccupied() family.Scope {
+	families, err := family.NewRegistry(cf.fam)
+	if err != nil {
+		cf.t.Fatal(err)
+	}
+	pools := classconfig.Pools{Families: families, Reader: cf.kube, Writer: cf.kube, StateNamespace: stateNS, Cache: cf.kube}
+	_, s, ok := pools.Of(cf.nc)
+	if !ok || s.Occupied == nil {
+		cf.t.Fatal("the robot class has no pool with Occupied")
+	}
+	return s
+}
+
+// gone removes the finalizers of a terminating object, as Karpenter does when it is done.
+func (cf *createFixture) gone(obj client.Object) {
+	cf.t.Helper()
+	if err := cf.kube.Get(cf.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		cf.t.Fatal(err)
+	}
+	obj.SetFinalizers(nil)
+	if err := cf.kube.Update(cf.ctx, obj); err != nil {
+		cf.t.Fatal(err)
+	}
+	test.ExpectNotFound(cf.t, cf.kube, obj)
 }

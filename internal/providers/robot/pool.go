@@ -12,6 +12,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
@@ -134,6 +135,32 @@ func number(id string) int {
 	return n
 }
 
+// providerID is the provider ID of server id's Node, as Hetzner's cloud controller manager
+// names Robot servers.
+func providerID(id string) string { return "hrobot://" + id }
+
+// vacant are the servers of ids whose provider ID no Node or NodeClaim carries
+// (family.Scope.Occupied), in order; occupied are the others. A released server is back in
+// standby seconds after its destroy, while Karpenter may still be terminating its previous
+// Node and claim.
+func vacant(ctx context.Context, s family.Scope, ids []string) (free, occupied []string, err error) {
+	if s.Occupied == nil {
+		return ids, nil, nil
+	}
+	for _, id := range ids {
+		busy, err := s.Occupied(ctx, providerID(id))
+		if err != nil {
+			return nil, nil, fmt.Errorf("looking for the Node of server %s: %w", id, err)
+		}
+		if busy {
+			occupied = append(occupied, id)
+		} else {
+			free = append(free, id)
+		}
+	}
+	return free, occupied, nil
+}
+
 // Offer counts, per node type of the class, the servers a claim could get now.
 func (f *Family) Offer(ctx context.Context, s family.Scope) (map[string]int, error) {
 	items, err := inventory(s).List(ctx)
@@ -143,7 +170,11 @@ func (f *Family) Offer(ctx context.Context, s family.Scope) (map[string]int, err
 	out := map[string]int{}
 	for _, nt := range s.Class.Spec.NodeTypes {
 		warm, cold := candidates(s.Class, items, nt.Name)
-		out[nt.Name] = len(warm) + len(cold)
+		free, _, err := vacant(ctx, s, append(warm, cold...))
+		if err != nil {
+			return nil, err
+		}
+		out[nt.Name] = len(free)
 	}
 	return out, nil
 }
@@ -166,10 +197,14 @@ func (f *Family) Lease(ctx context.Context, s family.Scope, c family.PoolClaim) 
 	}
 	if id == "" {
 		warm, cold := candidates(s.Class, items, c.NodeType)
-		id, err = inv.AcquireAny(ctx, holder, append(warm, cold...))
+		free, occupied, err := vacant(ctx, s, append(warm, cold...))
+		if err != nil {
+			return family.PoolLease{}, err
+		}
+		id, err = inv.AcquireAny(ctx, holder, free)
 		if errors.Is(err, statelock.ErrNoFreeItem) {
-			return family.PoolLease{}, fmt.Errorf("%w: node type %s of class %s has no server in standby%s",
-				family.ErrPoolExhausted, c.NodeType, s.Class.Name, coldNote(s.Class, c.NodeType))
+			return family.PoolLease{}, fmt.Errorf("%w: node type %s of class %s has no server in standby%s%s",
+				family.ErrPoolExhausted, c.NodeType, s.Class.Name, coldNote(s.Class, c.NodeType), occupiedNote(occupied))
 		}
 		if err != nil {
 			return family.PoolLease{}, err
@@ -191,6 +226,13 @@ func coldNote(nc *v1alpha1.TofuNodeClass, nodeType string) string {
 	return " and none to install cold"
 }
 
+func occupiedNote(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; servers %s are free but their previous Nodes or NodeClaims still exist", strings.Join(ids, ", "))
+}
+
 // leaseOf is the module's parameters of a leased server: warm when it waits in standby, cold
 // otherwise.
 func leaseOf(s family.Scope, it statelock.Item, holder string) family.PoolLease {
@@ -210,7 +252,7 @@ func leaseOf(s family.Scope, it statelock.Item, holder string) family.PoolLease 
 	if host, port, err := net.SplitHostPort(s.Class.Spec.Robot.SSHAddressOf(number(it.ID))); err == nil {
 		params["ssh_host"], params["ssh_port"] = host, port
 	}
-	return family.PoolLease{Parameters: params, ProviderID: "hrobot://" + it.ID, NodeType: it.Attributes[AttrNodeType]}
+	return family.PoolLease{Parameters: params, ProviderID: providerID(it.ID), NodeType: it.Attributes[AttrNodeType]}
 }
 
 // Release gives the claim's server back. A server that failed quarantineAfter times in a row

@@ -705,3 +705,38 @@ func TestKeeperProbesUnverifiedUntilQuarantine(t *testing.T) {
 		t.Errorf("a quarantined server is probed")
 	}
 }
+
+// A server whose provider ID a Node or NodeClaim still carries (family.Scope.Occupied) is
+// neither offered nor leased; a claim that holds it already gets it again.
+func TestOccupiedServersAreNotOfferedOrLeased(t *testing.T) {
+	m := newFakeMachines(101, 102)
+	fx := newFixture(t, v1alpha1.RobotPool{Servers: servers("ax41", 101, 102), Warm: int32p(0)}, m)
+	fx.keep(noClaims)
+	fx.standby(101, 102)
+	busy := map[string]bool{"hrobot://101": true}
+	fx.s.Occupied = func(_ context.Context, id string) (bool, error) { return busy[id], nil }
+
+	if counts, err := fx.fam.Offer(fx.ctx, fx.s); err != nil || counts["ax41"] != 1 {
+		t.Fatalf("offer %v, %v with 101 occupied: want ax41 1", counts, err)
+	}
+	first := family.PoolClaim{Name: "c0", UID: "u0", NodeType: "ax41"}
+	if lease, err := fx.fam.Lease(fx.ctx, fx.s, first); err != nil || lease.Parameters["server_number"] != "102" {
+		t.Fatalf("lease with 101 occupied: %+v, %v; want 102", lease, err)
+	}
+	_, err := fx.fam.Lease(fx.ctx, fx.s, family.PoolClaim{Name: "c1", UID: "u1", NodeType: "ax41"})
+	if !errors.Is(err, family.ErrPoolExhausted) || !strings.Contains(err.Error(), "servers 101 are free but their previous Nodes or NodeClaims still exist") {
+		t.Fatalf("second lease: %v, want ErrPoolExhausted naming occupied server 101", err)
+	}
+	if it := fx.item("101"); it.Leased() {
+		t.Errorf("occupied server 101 leased to %s", it.Holder)
+	}
+	// The claim's own Node carries its server's provider ID: leasing again is unaffected.
+	busy["hrobot://102"] = true
+	if lease, err := fx.fam.Lease(fx.ctx, fx.s, first); err != nil || lease.Parameters["server_number"] != "102" {
+		t.Errorf("lease again with the claim's own server occupied: %+v, %v; want 102", lease, err)
+	}
+	fx.s.Occupied = func(context.Context, string) (bool, error) { return false, errors.New("cache not synced") }
+	if _, err := fx.fam.Offer(fx.ctx, fx.s); err == nil || !strings.Contains(err.Error(), "cache not synced") {
+		t.Errorf("offer with Occupied failing: %v, want its error", err)
+	}
+}
