@@ -105,6 +105,9 @@ type burstResult struct {
 	cpu cpuUse
 	// api: the API server's create latencies and queue waits, over the environment's life.
 	api apiLatency
+	// writes: the API server's write requests from the burst's start until every claim was
+	// registered, by resource and verb (everyone's: the API server does not say who wrote).
+	writes apiWrites
 	// start is when the workload was created; serversCreated, in the Hetzner-like case, when
 	// the stand-in created each server, from start.
 	start          time.Time
@@ -209,6 +212,16 @@ func BenchmarkBurstVersusKwok(b *testing.B) {
 				fmt.Fprintf(&table, "; floor %s", merge(fls).cpu)
 			}
 			table.WriteString("\n")
+		}
+		for _, c := range cases {
+			// The first round's writes: counts, not times, and alike from round to round.
+			k, f := results[c.name][0][0].writes, results[c.name][1][0].writes
+			fmt.Fprintf(&table, "\nAPI server writes per claim, %s, from the burst until every claim registered (first round):\n%s",
+				c.name, writesTable(c.nodes, []string{"kwok", "fulfiller"}, []apiWrites{k, f}))
+			kAll, kLeases := k.total()
+			fAll, fLeases := f.total()
+			b.ReportMetric((fAll-fLeases)/float64(c.nodes), c.name+"-writes/claim")
+			b.ReportMetric((kAll-kLeases)/float64(c.nodes), c.name+"-kwok-writes/claim")
 		}
 		b.Logf("fulfiller (local executor) versus Karpenter's kwok provider, medians of %d round(s), load %s:\n%s", n, loadAverage(), table.String())
 		b.StartTimer()
@@ -393,6 +406,10 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 		b.Fatal(err)
 	}
 	defer w.stop()
+	writesBefore, err := readAPIWrites(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
 	cpuBefore := snapshotCPU(dir)
 	start := time.Now()
 	if err := kube.Create(ctx, devenv.Workload("burst", benchPool, int32(nodes), benchPodCPU)); err != nil {
@@ -410,6 +427,11 @@ func burst(b *testing.B, ctx context.Context, kube client.Client, cfg *rest.Conf
 		return w.allRegistered(), nil
 	})
 	res.cpu = cpuBetween(cpuBefore, snapshotCPU(dir), time.Since(start))
+	writesAfter, err := readAPIWrites(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res.writes = writesAfter.minus(writesBefore)
 	if res.api, err = readAPILatency(ctx, cfg, "fulfillments", "nodeclaims", "nodes", "pods", "leases"); err != nil {
 		b.Logf("%v", err)
 	}
