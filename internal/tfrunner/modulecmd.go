@@ -27,10 +27,11 @@ import (
 // claim's runs would (applyRoundTrip); a failed apply or destroy returns 1.
 func ModuleMain(args []string, stdout, stderr io.Writer) int {
 	const usage = "usage: fulfiller module check [--tofu PATH] [--apply [--var KEY=VALUE]... [--env KEY=VALUE]...\n" +
-		"       [--node-type TYPE] [--zone ZONE] [--log FILE]] DIR|SOURCE\n\n" +
+		"       [--node-type TYPE] [--zone ZONE] [--log FILE]] [--version CONSTRAINT] DIR|SOURCE\n\n" +
 		"check that the module in DIR, or at a module source OpenTofu accepts (git::https://...,\n" +
-		"an HTTP archive), keeps the module contract (modules/README.md): every violation is\n" +
-		"printed with its file and line, and the exit code is 1 on any.\n\n" +
+		"an HTTP archive, a registry address with --version's constraint), keeps the module\n" +
+		"contract (modules/README.md): every violation is printed with its file and line, and\n" +
+		"the exit code is 1 on any.\n\n" +
 		"--apply then applies the module once and destroys what it made, as a claim's runs do,\n" +
 		"with a state of its own in a temporary folder: --var sets the module's parameters,\n" +
 		"--env the environment of tofu and its providers (credentials), --log keeps the runs'\n" +
@@ -43,6 +44,7 @@ func ModuleMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	tofu := fs.String("tofu", "tofu", "the tofu binary that fetches a SOURCE (and, with --apply, runs the module)")
+	constraint := fs.String("version", "", "a registry SOURCE's version constraint (default: its newest release)")
 	apply := fs.Bool("apply", false, "apply the module once and destroy what it made")
 	var rt roundTrip
 	fs.Var(keyValues{&rt.params}, "var", "a parameter of the module, KEY=VALUE (repeatable; with --apply)")
@@ -64,14 +66,14 @@ func ModuleMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "fulfiller module check: %s is not a folder\n", arg)
 			return 2
 		}
-		fetched, cleanup, err := fetchForCheck(arg, *tofu)
+		fetched, cleanup, err := fetchForCheck(arg, *constraint, *tofu)
 		defer cleanup()
 		if err != nil {
 			fmt.Fprintf(stderr, "fulfiller module check: %v\n", err)
 			return 1
 		}
 		dir, name = fetched.Dir, arg
-		fmt.Fprintf(stderr, "%s: fetched %s%s\n", arg, fetched.Digest, commitNote(fetched.Commit))
+		fmt.Fprintf(stderr, "%s: fetched %s%s%s\n", arg, fetched.Digest, commitNote(fetched.Commit), versionNote(fetched.Version))
 	}
 	violations, err := CheckModuleDir(dir)
 	if err != nil {
@@ -191,10 +193,10 @@ func (kv keyValues) Set(s string) error {
 }
 
 // fetchForCheck fetches a source into a temporary folder, which cleanup removes.
-func fetchForCheck(source, tofu string) (*ResolvedModule, func(), error) {
+func fetchForCheck(source, constraint, tofu string) (*ResolvedModule, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	got, work, err := FetchRemoteModule(ctx, tofu, source, os.TempDir(), nil)
+	got, work, err := FetchRemoteModule(ctx, tofu, source, constraint, os.TempDir(), nil)
 	if err != nil {
 		return nil, func() {}, err
 	}

@@ -58,6 +58,9 @@ type Request struct {
 	// ModuleSource, instead of ModuleDir, is a remote module source (FetchModule): the run
 	// fetches it with `tofu get` into its work folder and uses what it fetched.
 	ModuleSource string `json:"moduleSource,omitempty"`
+	// ModuleVersion is a registry source's version constraint, the exact version the claim
+	// was created with ("1.2.3"), so that every run fetches that release.
+	ModuleVersion string `json:"moduleVersion,omitempty"`
 	// ModuleDigest, when set, is the content the module must have (ModuleDigest), the one
 	// the claim was created with: an apply of other content fails with InvalidModule; a
 	// destroy says so in its log and goes on, since a machine must not outlive its module.
@@ -149,6 +152,14 @@ func (r Request) Validate() error {
 	}
 	if (r.ModuleDir == "") == (r.ModuleSource == "") {
 		return fmt.Errorf("%w: set exactly one of moduleDir and moduleSource", ErrInvalidRequest)
+	}
+	if r.ModuleVersion != "" {
+		if r.ModuleSource == "" {
+			return fmt.Errorf("%w: moduleVersion is for a registry moduleSource", ErrInvalidRequest)
+		}
+		if err := CheckModuleVersion(r.ModuleSource, r.ModuleVersion); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
 	}
 	if r.Backend.Type != "" && !isIdentifier(r.Backend.Type) {
 		return fmt.Errorf("%w: invalid backend type %q", ErrInvalidRequest, r.Backend.Type)

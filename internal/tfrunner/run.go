@@ -121,13 +121,13 @@ func run(ctx context.Context, req Request, out *runLog, res *Result, phases *pha
 	}
 	copied := false // moduleDir holds the module already
 	if req.ModuleSource != "" {
-		out.note("info", "fetching module "+req.ModuleSource+" (tofu get)")
-		fetched, err := FetchModule(ctx, req.TofuPath, req.ModuleSource, filepath.Join(req.WorkDir, fetchSubdir), env)
+		out.note("info", "fetching module "+req.ModuleSource+versionNote(req.ModuleVersion)+" (tofu get)")
+		fetched, err := FetchModule(ctx, req.TofuPath, req.ModuleSource, req.ModuleVersion, filepath.Join(req.WorkDir, fetchSubdir), env)
 		if err != nil {
 			return err
 		}
 		req.ModuleDir = fetched.Dir
-		out.note("info", "fetched module "+fetched.Digest+commitNote(fetched.Commit))
+		out.note("info", "fetched module "+fetched.Digest+commitNote(fetched.Commit)+versionNote(fetched.Version))
 		if fetched.Package != fetched.Dir {
 			// The module is a subdirectory of what tofu fetched and may use the package's
 			// other folders: the run copies the whole package, then works in the module.
@@ -283,6 +283,13 @@ func commitNote(commit string) string {
 		return ""
 	}
 	return " at commit " + commit
+}
+
+func versionNote(version string) string {
+	if version == "" {
+		return ""
+	}
+	return " version " + version
 }
 
 // newTofu is a terraform-exec handle on tofu for one run in moduleDir, its stdout going to

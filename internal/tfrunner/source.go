@@ -24,10 +24,12 @@ import (
 // A module source is what a class names its module by: an absolute path (a folder on the
 // runner's machine, e.g. in its image) or any remote source address OpenTofu accepts in a
 // module block (git::https://host/repo.git//subdir?ref=v1.2.0, git::ssh://..., an HTTP(S)
-// archive, ...). Remote sources are fetched by tofu itself: FetchModule writes a root module
-// that calls the source (`module "node" { source = ... }`) and runs `tofu get`, so every
-// source tofu knows works as tofu documents it, with the credentials of the run's
-// environment (GIT_SSH_COMMAND, a git credential helper's settings, TF_TOKEN_<host>, ...).
+// archive, a module registry address host[:port]/namespace/name/system with a version
+// constraint, ...). Remote sources are fetched by tofu itself: FetchModule writes a root
+// module that calls the source (`module "node" { source = ..., version = ... }`) and runs
+// `tofu get`, so every source tofu knows works as tofu documents it, with the credentials of
+// the run's environment (GIT_SSH_COMMAND, a git credential helper's settings,
+// TF_TOKEN_<host>, ...).
 
 // fetchCallName is the module call of the root module FetchModule writes.
 const fetchCallName = "node"
@@ -43,10 +45,14 @@ type ResolvedModule struct {
 	// Source is the source as given.
 	Source string `json:"source"`
 	// Pinned is the source that fetches this same content again: a git source's ref
-	// replaced by the commit it resolved to; the source itself for the others.
+	// replaced by the commit it resolved to; the source itself for the others (a registry
+	// source with Version as its version).
 	Pinned string `json:"pinned"`
 	// Commit is the git commit a git source resolved to.
 	Commit string `json:"commit,omitempty"`
+	// Version is the exact version tofu installed of a registry source (from its version
+	// constraint): Pinned fetched with this version fetches this same release again.
+	Version string `json:"version,omitempty"`
 	// Digest identifies the module's content (ModuleDigest).
 	Digest string `json:"digest"`
 	// Dir is the module's folder on this machine: the source for a local one, else inside
@@ -80,7 +86,10 @@ func ModuleDigest(dir string) (string, error) {
 // fetched by `tofu get` into dir (a folder the caller owns and removes; it must be empty or
 // absent) with the environment env, which is tofu's whole environment; errors wrap
 // ErrModuleFetch with tofu's own words, or ErrInvalidModule for a source tofu cannot use.
-func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[string]string) (*ResolvedModule, error) {
+// version is a registry source's version constraint (">= 1.2, < 2", "1.2.3"; empty: the
+// newest release), the module call's version argument; a remote source of another kind
+// takes none (ErrInvalidModule), and a local one ignores it.
+func FetchModule(ctx context.Context, tofuPath, source, version, dir string, env map[string]string) (*ResolvedModule, error) {
 	if IsLocalSource(source) {
 		digest, err := ModuleDigest(source)
 		if err != nil {
@@ -91,10 +100,18 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 	if err := checkRemoteSource(source); err != nil {
 		return nil, err
 	}
+	if err := CheckModuleVersion(source, version); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	root, err := json.Marshal(map[string]any{"module": map[string]any{fetchCallName: map[string]string{"source": source}}})
+	call := map[string]string{"source": source}
+	if version != "" {
+		call["version"] = version
+	}
+	// One argument a line, so that a diagnostic of tofu's quotes the argument it is about.
+	root, err := json.MarshalIndent(map[string]any{"module": map[string]any{fetchCallName: call}}, "", " ")
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +132,13 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 		if why == "" {
 			why = err.Error()
 		}
-		return nil, fmt.Errorf("%w: %s: %s", ErrModuleFetch, source, message.Short(why))
+		what := source
+		if version != "" {
+			what += " (version " + version + ")"
+		}
+		return nil, fmt.Errorf("%w: %s: %s", ErrModuleFetch, what, message.Short(why))
 	}
-	modDir, err := fetchedDir(dir)
+	modDir, installed, err := fetchedDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +147,12 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 		return nil, err
 	}
 	res := &ResolvedModule{Source: source, Pinned: source, Digest: digest, Dir: modDir, Package: modDir}
+	if IsRegistrySource(source) {
+		if installed == "" {
+			return nil, fmt.Errorf("%w: tofu's module manifest records no version of registry module %s", ErrModuleFetch, source)
+		}
+		res.Version = installed
+	}
 	pkg := filepath.Join(dir, dataDir, "modules", fetchCallName)
 	if rel, err := filepath.Rel(pkg, modDir); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
 		res.Package = pkg
@@ -144,7 +171,7 @@ func FetchModule(ctx context.Context, tofuPath, source, dir string, env map[stri
 // variables), then extra (the class's credentials), which wins. It returns the resolution and
 // the folder, which the caller removes once done with the module; on an error nothing is
 // left behind.
-func FetchRemoteModule(ctx context.Context, tofu, source, parent string, extra map[string]string) (*ResolvedModule, string, error) {
+func FetchRemoteModule(ctx context.Context, tofu, source, version, parent string, extra map[string]string) (*ResolvedModule, string, error) {
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return nil, "", fmt.Errorf("creating %s: %w", parent, err)
 	}
@@ -152,7 +179,7 @@ func FetchRemoteModule(ctx context.Context, tofu, source, parent string, extra m
 	if err != nil {
 		return nil, "", err
 	}
-	got, err := fetchRemoteModule(ctx, tofu, source, work, extra)
+	got, err := fetchRemoteModule(ctx, tofu, source, version, work, extra)
 	if err != nil {
 		_ = os.RemoveAll(work)
 		return nil, "", err
@@ -160,7 +187,7 @@ func FetchRemoteModule(ctx context.Context, tofu, source, parent string, extra m
 	return got, work, nil
 }
 
-func fetchRemoteModule(ctx context.Context, tofu, source, work string, extra map[string]string) (*ResolvedModule, error) {
+func fetchRemoteModule(ctx context.Context, tofu, source, version, work string, extra map[string]string) (*ResolvedModule, error) {
 	path, err := LocateTofu(ctx, tofu)
 	if err != nil {
 		return nil, err
@@ -169,7 +196,7 @@ func fetchRemoteModule(ctx context.Context, tofu, source, work string, extra map
 	if err != nil {
 		return nil, err
 	}
-	return FetchModule(ctx, path, source, filepath.Join(work, "root"), env)
+	return FetchModule(ctx, path, source, version, filepath.Join(work, "root"), env)
 }
 
 // checkRemoteSource refuses what cannot be a module block's literal source.
@@ -187,22 +214,24 @@ func checkRemoteSource(source string) error {
 	return nil
 }
 
-// fetchedDir is the folder `tofu get` installed the module call in, from its module manifest
+// fetchedDir is the folder `tofu get` installed the module call in and the version it
+// installed (a registry module's; empty for the others), from its module manifest
 // (.terraform/modules/modules.json, the record tofu, editors and linters read installed
 // modules from).
-func fetchedDir(dir string) (string, error) {
+func fetchedDir(dir string) (string, string, error) {
 	data, err := os.ReadFile(filepath.Join(dir, dataDir, "modules", "modules.json"))
 	if err != nil {
-		return "", fmt.Errorf("%w: tofu get left no module manifest: %w", ErrModuleFetch, err)
+		return "", "", fmt.Errorf("%w: tofu get left no module manifest: %w", ErrModuleFetch, err)
 	}
 	var manifest struct {
 		Modules []struct {
-			Key string `json:"Key"`
-			Dir string `json:"Dir"`
+			Key     string `json:"Key"`
+			Dir     string `json:"Dir"`
+			Version string `json:"Version"`
 		} `json:"Modules"`
 	}
 	if err := json.Unmarshal(data, &manifest); err != nil {
-		return "", fmt.Errorf("%w: reading tofu's module manifest: %w", ErrModuleFetch, err)
+		return "", "", fmt.Errorf("%w: reading tofu's module manifest: %w", ErrModuleFetch, err)
 	}
 	for _, m := range manifest.Modules {
 		if m.Key != fetchCallName {
@@ -212,9 +241,9 @@ func fetchedDir(dir string) (string, error) {
 		if !filepath.IsAbs(d) {
 			d = filepath.Join(dir, d)
 		}
-		return d, nil
+		return d, m.Version, nil
 	}
-	return "", fmt.Errorf("%w: tofu's module manifest does not list the module", ErrModuleFetch)
+	return "", "", fmt.Errorf("%w: tofu's module manifest does not list the module", ErrModuleFetch)
 }
 
 // gitCommit is the commit checked out in pkg when tofu fetched a git source there.

@@ -20,7 +20,7 @@ func TestFetchModuleOCI(t *testing.T) {
 	env["SSL_CERT_FILE"] = reg.CAFile
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	got, err := FetchModule(ctx, tofuPath(t), "oci://"+reg.Host+"/modules/node?tag=v1", t.TempDir(), env)
+	got, err := FetchModule(ctx, tofuPath(t), "oci://"+reg.Host+"/modules/node?tag=v1", "", t.TempDir(), env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func fetchEnv(t *testing.T) map[string]string {
 
 func TestFetchModuleLocal(t *testing.T) {
 	dir := moduleDir(t, "node")
-	got, err := FetchModule(context.Background(), tofuPath(t), dir, t.TempDir(), fetchEnv(t))
+	got, err := FetchModule(context.Background(), tofuPath(t), dir, "", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestFetchModuleGit(t *testing.T) {
 		{"http", "git::" + repo.Serve() + "//node?ref=v1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := FetchModule(ctx, tofuPath(t), tc.source, t.TempDir(), fetchEnv(t))
+			got, err := FetchModule(ctx, tofuPath(t), tc.source, "", t.TempDir(), fetchEnv(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,19 +68,19 @@ func TestFetchModuleGit(t *testing.T) {
 
 	// The tag moves to other content: the source resolves anew, the pinned one does not.
 	source := "git::file://" + repo.Bare + "//node?ref=v1"
-	pinned, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t))
+	pinned, err := FetchModule(ctx, tofuPath(t), source, "", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	second := repo.Commit(moduleDir(t, "required-zone"), "node", "v1")
-	moved, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t))
+	moved, err := FetchModule(ctx, tofuPath(t), source, "", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if moved.Commit != second || moved.Digest == pinned.Digest {
 		t.Errorf("after the tag moved the source resolved to %s (%s), want %s with other content", moved.Commit, moved.Digest, second)
 	}
-	again, err := FetchModule(ctx, tofuPath(t), pinned.Pinned, t.TempDir(), fetchEnv(t))
+	again, err := FetchModule(ctx, tofuPath(t), pinned.Pinned, "", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +93,11 @@ func TestFetchModuleFailures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	missing := "git::file://" + filepath.Join(t.TempDir(), "none.git") + "?ref=v1"
-	if _, err := FetchModule(ctx, tofuPath(t), missing, t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) || !strings.Contains(err.Error(), "none.git") {
+	if _, err := FetchModule(ctx, tofuPath(t), missing, "", t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) || !strings.Contains(err.Error(), "none.git") {
 		t.Errorf("a missing repository gave %v, want ErrModuleFetch naming it", err)
 	}
 	for _, source := range []string{"./relative", "git::https://example.com/x.git?ref=${var.x}", " git::https://example.com/x.git"} {
-		if _, err := FetchModule(ctx, tofuPath(t), source, t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrInvalidModule) {
+		if _, err := FetchModule(ctx, tofuPath(t), source, "", t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrInvalidModule) {
 			t.Errorf("source %q gave %v, want ErrInvalidModule", source, err)
 		}
 	}
@@ -110,7 +110,7 @@ func TestRunGitSourcePinnedByDigest(t *testing.T) {
 	repo.Commit(moduleDir(t, "node"), "node", "v1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	resolved, err := FetchModule(ctx, tofuPath(t), "git::"+repo.Serve()+"//node?ref=v1", t.TempDir(), fetchEnv(t))
+	resolved, err := FetchModule(ctx, tofuPath(t), "git::"+repo.Serve()+"//node?ref=v1", "", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestFetchModuleHTTPArchive(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	got, err := FetchModule(ctx, tofuPath(t), srv.URL+"/node.tar.gz", t.TempDir(), fetchEnv(t))
+	got, err := FetchModule(ctx, tofuPath(t), srv.URL+"/node.tar.gz", "", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestFetchModuleHTTPArchive(t *testing.T) {
 	if got.Digest != want || got.Commit != "" || got.Pinned != srv.URL+"/node.tar.gz" {
 		t.Errorf("the archive resolved to %+v, want the module's digest %s", got, want)
 	}
-	if _, err := FetchModule(ctx, tofuPath(t), srv.URL+"/missing.tar.gz", t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) {
+	if _, err := FetchModule(ctx, tofuPath(t), srv.URL+"/missing.tar.gz", "", t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) {
 		t.Errorf("a missing archive gave %v, want ErrModuleFetch", err)
 	}
 }

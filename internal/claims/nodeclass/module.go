@@ -136,10 +136,10 @@ func (r *moduleResolver) entry(key string) *moduleRead {
 
 func (r *moduleResolver) fetchSource(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, string, error) {
 	if tfrunner.IsLocalSource(source) {
-		got, err := tfrunner.FetchModule(ctx, r.tofu, source, "", nil)
+		got, err := tfrunner.FetchModule(ctx, r.tofu, source, "", "", nil)
 		return got, "", err
 	}
-	return tfrunner.FetchRemoteModule(ctx, r.tofu, source, r.dir, env)
+	return tfrunner.FetchRemoteModule(ctx, r.tofu, source, "", r.dir, env)
 }
 
 // resolveKey identifies a source fetched with an environment (the values hashed, never kept).
