@@ -60,6 +60,10 @@ type FulfillmentSpec struct {
 	// Module is the module source every run of the claim uses: a folder, or a remote source
 	// pinned to what the class resolved it to at Create (a git source to its commit).
 	Module string `json:"module"`
+	// ModuleVersion is the exact version of a registry module (ModuleStatus.Version) every
+	// run fetches.
+	// +optional
+	ModuleVersion string `json:"moduleVersion,omitempty"`
 	// ModuleDigest is the content the module had at Create (ModuleStatus.Digest): an apply
 	// of other content fails with InvalidModule.
 	// +optional

@@ -137,13 +137,21 @@ type ModuleSource struct {
 	// runners'), or any remote source OpenTofu accepts in a module block, fetched by tofu
 	// itself (`tofu get`) with the class's credentials as its environment: a git repository
 	// (git::https://host/org/repo.git//subdir?ref=v1.2.0, git::ssh://...), an HTTP(S)
-	// archive, an OCI module package (oci://registry/repository?tag=v1.2.0). The class resolves it (status.modules: a git ref's commit, the content's
-	// digest) and checks the module contract before any machine is bought; each claim
-	// records what it resolved to and every run of the claim, its destroy included, uses
-	// exactly that.
+	// archive, an OCI module package (oci://registry/repository?tag=v1.2.0), a module
+	// registry address (host[:port]/namespace/name/system, its token as TF_TOKEN_<host> in
+	// the credentials) with Version as its version constraint. The class resolves it
+	// (status.modules: a git ref's commit, a registry constraint's exact version, the
+	// content's digest) and checks the module contract before any machine is bought; each
+	// claim records what it resolved to and every run of the claim, its destroy included,
+	// uses exactly that.
 	// +kubebuilder:validation:MinLength=1
 	Source string `json:"source"`
-	// Version is recorded in the drift hash; change it to roll nodes onto a new module release.
+	// Version is in the drift hash, so changing it rolls the nodes. For a registry source it
+	// is the version constraint tofu resolves (">= 1.2, < 2", "~> 1.2", "1.2.3"; empty: the
+	// newest release): a claim records the exact version, and a newer release that matches
+	// is taken by claims made after the class resolves it again, without drifting running
+	// nodes. For a folder it is a release label only. A git, HTTP or OCI source takes none
+	// (ModuleValid is False): its release is in the source (?ref=, ?tag=).
 	// +optional
 	Version string `json:"version,omitempty"`
 }
@@ -170,13 +178,21 @@ type ErrorRule struct {
 type ModuleStatus struct {
 	// Source as the spec names it.
 	Source string `json:"source"`
+	// Constraint is the version constraint a registry source was resolved with (the
+	// spec's version).
+	// +optional
+	Constraint string `json:"constraint,omitempty"`
 	// Pinned is the source claims created now fetch: a git source with its ref replaced by
-	// Commit; the source itself otherwise.
+	// Commit; the source itself otherwise (a registry source at Version).
 	// +optional
 	Pinned string `json:"pinned,omitempty"`
 	// Commit is the git commit a git source's ref resolved to.
 	// +optional
 	Commit string `json:"commit,omitempty"`
+	// Version is the exact version a registry source's constraint resolved to: claims
+	// created now fetch this release.
+	// +optional
+	Version string `json:"version,omitempty"`
 	// Digest identifies the module's content ("sha256:..."): its files' names, contents and
 	// executable bits. A local module's digest is in the drift hash, so editing its files
 	// drifts its nodes; a remote one's nodes drift when the source (its ref) changes.
@@ -408,24 +424,38 @@ func (in *TofuNodeClass) ModuleFor(nt *NodeType) ModuleSource {
 	return in.Spec.Module
 }
 
-// ModuleSources are the distinct module sources of the class: its own, then its node types'
-// in their order.
-func (in *TofuNodeClass) ModuleSources() []string {
-	sources := []string{in.Spec.Module.Source}
+// ModuleSources are the distinct modules of the class (source and version): its own, then
+// its node types' in their order.
+func (in *TofuNodeClass) ModuleSources() []ModuleSource {
+	sources := []ModuleSource{in.Spec.Module}
 	types := in.NodeTypes()
 	for i := range types {
-		if m := types[i].Module; m != nil && !slices.Contains(sources, m.Source) {
-			sources = append(sources, m.Source)
+		if m := types[i].Module; m != nil && !slices.Contains(sources, *m) {
+			sources = append(sources, *m)
 		}
 	}
 	return sources
 }
 
-// ModuleStatusFor is the status of the module source, if the class resolved it.
+// ModuleStatusFor is the status of the module source, if the class resolved it (the first, for
+// a registry source resolved with several version constraints).
 func (in *TofuNodeClass) ModuleStatusFor(source string) (*ModuleStatus, bool) {
 	for i := range in.Status.Modules {
 		if in.Status.Modules[i].Source == source {
 			return &in.Status.Modules[i], true
+		}
+	}
+	return nil, false
+}
+
+// ModuleStatusOf is the status of the module, if the class resolved it: the status of its
+// source, and for a registry source (a status with a Version) resolved with its version
+// constraint.
+func (in *TofuNodeClass) ModuleStatusOf(m ModuleSource) (*ModuleStatus, bool) {
+	for i := range in.Status.Modules {
+		st := &in.Status.Modules[i]
+		if st.Source == m.Source && (st.Version == "" || st.Constraint == m.Version) {
+			return st, true
 		}
 	}
 	return nil, false

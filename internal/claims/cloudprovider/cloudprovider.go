@@ -252,7 +252,7 @@ func (c *CloudProvider) fulfillmentFor(nc *v1alpha1.TofuNodeClass, claim *karpv1
 	if err != nil {
 		return nil, cloudprovider.NewCreateError(err, v1alpha1.ReasonInvalidClaimName, err.Error())
 	}
-	module, digest, err := moduleFor(nc, nt)
+	module, version, digest, err := moduleFor(nc, nt)
 	if err != nil {
 		return nil, err
 	}
@@ -263,19 +263,20 @@ func (c *CloudProvider) fulfillmentFor(nc *v1alpha1.TofuNodeClass, claim *karpv1
 			Finalizers: []string{classconfig.FinalizerDestroy},
 		},
 		Spec: v1alpha1.FulfillmentSpec{
-			NodeClaimUID: string(claim.UID),
-			NodeClass:    nc.Name,
-			NodePool:     claim.Labels[karpv1.NodePoolLabelKey],
-			NodeType:     nt.Name,
-			Zone:         zone,
-			CapacityType: capType,
-			Price:        fmt.Sprintf("%g", price),
-			NodeName:     claim.Name,
-			ProviderID:   providerIDFor(nt, claim.Name),
-			StateKey:     string(key),
-			Module:       module,
-			ModuleDigest: digest,
-			Hash:         nodeHash(nc, nt),
+			NodeClaimUID:  string(claim.UID),
+			NodeClass:     nc.Name,
+			NodePool:      claim.Labels[karpv1.NodePoolLabelKey],
+			NodeType:      nt.Name,
+			Zone:          zone,
+			CapacityType:  capType,
+			Price:         fmt.Sprintf("%g", price),
+			NodeName:      claim.Name,
+			ProviderID:    providerIDFor(nt, claim.Name),
+			StateKey:      string(key),
+			Module:        module,
+			ModuleVersion: version,
+			ModuleDigest:  digest,
+			Hash:          nodeHash(nc, nt),
 		},
 	}
 	f.Spec.Settings = classconfig.SettingsFor(nc, nt, f, c.stateNamespace)
@@ -305,22 +306,30 @@ func providerIDFor(nt *v1alpha1.NodeType, nodeName string) string {
 	return strings.ReplaceAll(nt.ProviderIDTemplate, "{name}", nodeName)
 }
 
-// moduleFor is the module a claim of node type nt records: the type's source (its own, else the
-// class's) pinned to what
-// the class last resolved it to, and its content's digest. A local source the class has not
-// resolved yet is recorded as it is, without a digest; a remote one must have been resolved.
-func moduleFor(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) (source, digest string, err error) {
-	src := nc.ModuleFor(nt).Source
-	st, ok := nc.ModuleStatusFor(src)
+// moduleFor is the module a claim of node type nt records: the type's module (its own, else
+// the class's) pinned to what the class last resolved it to (a registry source with the
+// exact version its constraint resolved to), and its content's digest. A local source the
+// class has not resolved yet is recorded as it is, without a digest; a remote one must have
+// been resolved.
+func moduleFor(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) (source, version, digest string, err error) {
+	m := nc.ModuleFor(nt)
+	st, ok := nc.ModuleStatusOf(m)
 	switch {
 	case ok && st.Pinned != "":
-		return st.Pinned, st.Digest, nil
+		return st.Pinned, st.Version, st.Digest, nil
 	case ok:
-		return src, st.Digest, nil
-	case tfrunner.IsLocalSource(src):
-		return src, "", nil
+		return m.Source, st.Version, st.Digest, nil
+	case tfrunner.IsLocalSource(m.Source):
+		return m.Source, "", "", nil
 	}
-	return "", "", cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("the class's module source %s has not been resolved yet", src))
+	return "", "", "", cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("the class's module source %s has not been resolved yet%s", m.Source, constraintNote(m)))
+}
+
+func constraintNote(m v1alpha1.ModuleSource) string {
+	if m.Version == "" || !tfrunner.IsRegistrySource(m.Source) {
+		return ""
+	}
+	return " with version " + m.Version
 }
 
 // Delete starts the destroy (the Fulfillment's finalizer runs it) and reports NotFound only

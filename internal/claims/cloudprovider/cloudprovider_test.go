@@ -5,6 +5,7 @@ package cloudprovider
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,10 +281,10 @@ func TestNodeTypeModule(t *testing.T) {
 	nc := test.TwoTypeClass()
 	nc.Spec.NodeTypes[1].Module = &v1alpha1.ModuleSource{Source: "/modules/large", Version: "1"}
 	small, large := &nc.Spec.NodeTypes[0], &nc.Spec.NodeTypes[1]
-	if src, _, err := moduleFor(nc, large); err != nil || src != "/modules/large" {
+	if src, _, _, err := moduleFor(nc, large); err != nil || src != "/modules/large" {
 		t.Errorf("the large type's module is %q (%v), want its own", src, err)
 	}
-	if src, _, _ := moduleFor(nc, small); src != nc.Spec.Module.Source {
+	if src, _, _, _ := moduleFor(nc, small); src != nc.Spec.Module.Source {
 		t.Errorf("the small type's module is %q, want the class's", src)
 	}
 	before := [2]string{nodeHash(nc, small), nodeHash(nc, large)}
@@ -294,5 +295,32 @@ func TestNodeTypeModule(t *testing.T) {
 	large.Module.Version = "2"
 	if nodeHash(nc, large) == before[1] {
 		t.Error("a new version of the type's own module does not drift it")
+	}
+}
+
+// A claim of a registry module records the address and the exact version the class's
+// constraint resolved to; a resolution of another constraint is not taken for it. A newer
+// release does not drift the nodes, a new constraint does.
+func TestRegistryModuleRecorded(t *testing.T) {
+	nc := test.TwoTypeClass()
+	nc.Spec.Module = v1alpha1.ModuleSource{Source: "registry.example.com/org/node/sim", Version: "~> 1.2"}
+	nt := &nc.Spec.NodeTypes[0]
+	nc.Status.Modules = []v1alpha1.ModuleStatus{{Source: nc.Spec.Module.Source, Constraint: ">= 2", Pinned: nc.Spec.Module.Source, Version: "2.0.0", Digest: "sha256:b"}}
+	if _, _, _, err := moduleFor(nc, nt); err == nil || !strings.Contains(err.Error(), "not been resolved yet with version ~> 1.2") {
+		t.Errorf("with only another constraint resolved moduleFor gave %v, want not resolved", err)
+	}
+	nc.Status.Modules = append(nc.Status.Modules, v1alpha1.ModuleStatus{Source: nc.Spec.Module.Source, Constraint: "~> 1.2", Pinned: nc.Spec.Module.Source, Version: "1.2.3", Digest: "sha256:a"})
+	src, version, digest, err := moduleFor(nc, nt)
+	if err != nil || src != nc.Spec.Module.Source || version != "1.2.3" || digest != "sha256:a" {
+		t.Errorf("moduleFor = %q %q %q (%v), want the address at 1.2.3 with digest sha256:a", src, version, digest, err)
+	}
+	before := nodeHash(nc, nt)
+	nc.Status.Modules[1].Version, nc.Status.Modules[1].Digest = "1.2.4", "sha256:c"
+	if nodeHash(nc, nt) != before {
+		t.Error("a newer release drifts the nodes")
+	}
+	nc.Spec.Module.Version = "~> 1.3"
+	if nodeHash(nc, nt) == before {
+		t.Error("a new constraint does not drift the nodes")
 	}
 }

@@ -42,7 +42,7 @@ func nodeHash(nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType) string {
 		Type      v1alpha1.NodeType
 	}{Module: nc.ModuleFor(nt), Variables: nc.Spec.Variables, Bootstrap: nc.Spec.Bootstrap, Type: *nt.DeepCopy()}
 	in.Type.Module = nil // in Module: the class's module does not count for a type with its own
-	if st, ok := nc.ModuleStatusFor(in.Module.Source); ok && tfrunner.IsLocalSource(in.Module.Source) {
+	if st, ok := nc.ModuleStatusOf(in.Module); ok && tfrunner.IsLocalSource(in.Module.Source) {
 		in.Content = st.Digest
 	}
 	in.Bootstrap.TokenTTL = metav1.Duration{}

@@ -40,8 +40,9 @@ type moduleResolver struct {
 	tofu    string // the tofu binary fetches run ("": found on PATH)
 	dir     string // fetches are kept under it
 	refresh time.Duration
-	// fetch is tfrunner's fetch of a source (moduleResolver.fetchSource; a test's stand-in).
-	fetch func(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, string, error)
+	// fetch is tfrunner's fetch of a source with a registry source's version constraint
+	// (moduleResolver.fetchSource; a test's stand-in).
+	fetch func(ctx context.Context, source, version string, env map[string]string) (*tfrunner.ResolvedModule, string, error)
 
 	mu    sync.Mutex // guards reads, and each moduleRead's used
 	reads map[string]*moduleRead
@@ -77,12 +78,13 @@ func newModuleResolver(clk clock.Clock, tofu, dir string, refresh time.Duration)
 	return r
 }
 
-// resolve is what source resolved to with the environment env (the class's credentials): the
-// cached resolution while it is younger than the refresh interval, else a new one. A failed
-// refresh keeps the last good resolution (and logs the failure); with none, the failure is
-// returned, retried after failedModuleRetry.
-func (r *moduleResolver) resolve(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, time.Time, error) {
-	rd := r.entry(resolveKey(source, env))
+// resolve is what source (a registry source with its version constraint version) resolved
+// to with the environment env (the class's credentials): the cached resolution while it is
+// younger than the refresh interval, else a new one. A failed refresh keeps the last good
+// resolution (and logs the failure); with none, the failure is returned, retried after
+// failedModuleRetry.
+func (r *moduleResolver) resolve(ctx context.Context, source, version string, env map[string]string) (*tfrunner.ResolvedModule, time.Time, error) {
+	rd := r.entry(resolveKey(source, version, env))
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	now := r.clock.Now()
@@ -92,7 +94,7 @@ func (r *moduleResolver) resolve(ctx context.Context, source string, env map[str
 	case rd.good == nil && rd.failure != nil && now.Sub(rd.attempted) < failedModuleRetry:
 		return nil, time.Time{}, rd.failure
 	}
-	got, fetchDir, err := r.fetch(ctx, source, env)
+	got, fetchDir, err := r.fetch(ctx, source, version, env)
 	rd.attempted = now
 	if err != nil {
 		rd.failure = err
@@ -134,18 +136,19 @@ func (r *moduleResolver) entry(key string) *moduleRead {
 	return rd
 }
 
-func (r *moduleResolver) fetchSource(ctx context.Context, source string, env map[string]string) (*tfrunner.ResolvedModule, string, error) {
+func (r *moduleResolver) fetchSource(ctx context.Context, source, version string, env map[string]string) (*tfrunner.ResolvedModule, string, error) {
 	if tfrunner.IsLocalSource(source) {
 		got, err := tfrunner.FetchModule(ctx, r.tofu, source, "", "", nil)
 		return got, "", err
 	}
-	return tfrunner.FetchRemoteModule(ctx, r.tofu, source, "", r.dir, env)
+	return tfrunner.FetchRemoteModule(ctx, r.tofu, source, version, r.dir, env)
 }
 
-// resolveKey identifies a source fetched with an environment (the values hashed, never kept).
-func resolveKey(source string, env map[string]string) string {
+// resolveKey identifies a source fetched with a version constraint and an environment (the
+// values hashed, never kept).
+func resolveKey(source, version string, env map[string]string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%q\n", source)
+	fmt.Fprintf(h, "%q %q\n", source, version)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		fmt.Fprintf(h, "%q=%q\n", k, env[k])
 	}
@@ -160,7 +163,7 @@ func resolveKey(source string, env map[string]string) string {
 func (c *Controller) moduleCheck(ctx context.Context, nc *v1alpha1.TofuNodeClass) (verdict, error) {
 	sources := nc.ModuleSources()
 	var env map[string]string
-	if slices.ContainsFunc(sources, func(s string) bool { return !tfrunner.IsLocalSource(s) }) {
+	if slices.ContainsFunc(sources, func(m v1alpha1.ModuleSource) bool { return !tfrunner.IsLocalSource(m.Source) }) {
 		// Fetching with the class's credentials (git tokens, TF_TOKEN_<host>); when they
 		// cannot be read, CredentialsReady says why and the fetch goes without them.
 		if creds, err := classconfig.ReadCredentials(ctx, c.apiReader, c.secretNamespace, nc.Spec.Credentials); err == nil {
@@ -170,30 +173,40 @@ func (c *Controller) moduleCheck(ctx context.Context, nc *v1alpha1.TofuNodeClass
 		}
 	}
 	statuses := make([]v1alpha1.ModuleStatus, 0, len(sources))
-	for _, source := range sources {
-		st, v := c.resolveModule(ctx, source, env)
+	for _, m := range sources {
+		st, v := c.resolveModule(ctx, m, env)
 		if !v.passed {
 			if len(sources) > 1 {
-				v.message = "module " + source + ": " + v.message
+				v.message = "module " + m.Source + ": " + v.message
 			}
 			nc.Status.Modules = nil
 			return v, nil
 		}
-		statuses = append(statuses, st)
+		// A source other than a registry one resolves alike whatever its version says.
+		if !slices.ContainsFunc(statuses, func(s v1alpha1.ModuleStatus) bool { return s.Source == st.Source && s.Version == "" }) {
+			statuses = append(statuses, st)
+		}
 	}
 	nc.Status.Modules = statuses
 	return passed, nil
 }
 
-// resolveModule resolves one source and checks the module it resolved to.
-func (c *Controller) resolveModule(ctx context.Context, source string, env map[string]string) (v1alpha1.ModuleStatus, verdict) {
+// resolveModule resolves one module and checks what it resolved to.
+func (c *Controller) resolveModule(ctx context.Context, m v1alpha1.ModuleSource, env map[string]string) (v1alpha1.ModuleStatus, verdict) {
+	source, constraint := m.Source, ""
 	if reason, err := checkSource(source); err != nil {
 		return v1alpha1.ModuleStatus{}, failedCheck(reason, err)
+	}
+	if err := tfrunner.CheckModuleVersion(source, m.Version); err != nil {
+		return v1alpha1.ModuleStatus{}, failedCheck(v1alpha1.ReasonInvalidModule, err)
 	}
 	if tfrunner.IsLocalSource(source) {
 		env = nil
 	}
-	got, resolved, err := c.modules.resolve(ctx, source, env)
+	if tfrunner.IsRegistrySource(source) {
+		constraint = m.Version
+	}
+	got, resolved, err := c.modules.resolve(ctx, source, constraint, env)
 	if err != nil {
 		reason := v1alpha1.ReasonInvalidModule
 		if errors.Is(err, tfrunner.ErrModuleFetch) {
@@ -209,7 +222,8 @@ func (c *Controller) resolveModule(ctx context.Context, source string, env map[s
 		return v1alpha1.ModuleStatus{}, failedCheck(v1alpha1.ReasonInvalidModule, err)
 	}
 	at := metav1.NewTime(resolved)
-	return v1alpha1.ModuleStatus{Source: source, Pinned: got.Pinned, Commit: got.Commit, Digest: got.Digest, Resolved: &at}, passed
+	return v1alpha1.ModuleStatus{Source: source, Constraint: constraint, Pinned: got.Pinned, Commit: got.Commit,
+		Version: got.Version, Digest: got.Digest, Resolved: &at}, passed
 }
 
 // checkSource refuses a source that names no module before anything is fetched: a local

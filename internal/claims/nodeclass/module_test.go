@@ -57,7 +57,7 @@ func moduleController(t *testing.T, source string) (*Controller, client.Client, 
 		t.Fatal(err)
 	}
 	nc := test.TwoTypeClass()
-	nc.Spec.Module.Source = source
+	nc.Spec.Module = v1alpha1.ModuleSource{Source: source} // a version only for a registry source
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
 	clk := clocktesting.NewFakeClock(time.Now())
 	c := NewController(Options{Kube: kube, APIReader: kube, Clock: clk, Recorder: &recordedEvents{}, SecretNamespace: testNamespace,

@@ -21,7 +21,7 @@ func TestModuleResolverFetchesSourcesApart(t *testing.T) {
 	r := newModuleResolver(clocktesting.NewFakeClock(time.Now()), "", t.TempDir(), time.Minute)
 	release, fetching := make(chan struct{}), make(chan struct{})
 	var slowFetches atomic.Int32
-	r.fetch = func(ctx context.Context, source string, _ map[string]string) (*tfrunner.ResolvedModule, string, error) {
+	r.fetch = func(ctx context.Context, source, _ string, _ map[string]string) (*tfrunner.ResolvedModule, string, error) {
 		if source == "git::https://slow.example/m.git?ref=v1" {
 			if slowFetches.Add(1) == 1 {
 				close(fetching)
@@ -40,7 +40,7 @@ func TestModuleResolverFetchesSourcesApart(t *testing.T) {
 	var slow sync.WaitGroup
 	for range 3 {
 		slow.Go(func() {
-			if got, _, err := r.resolve(ctx, "git::https://slow.example/m.git?ref=v1", nil); err != nil || got.Digest != "sha256:git::https://slow.example/m.git?ref=v1" {
+			if got, _, err := r.resolve(ctx, "git::https://slow.example/m.git?ref=v1", "", nil); err != nil || got.Digest != "sha256:git::https://slow.example/m.git?ref=v1" {
 				t.Errorf("the slow source resolved to %+v, %v", got, err)
 			}
 		})
@@ -49,7 +49,7 @@ func TestModuleResolverFetchesSourcesApart(t *testing.T) {
 	<-fetching
 	fast := make(chan error, 1)
 	go func() {
-		_, _, err := r.resolve(ctx, "git::https://fast.example/m.git?ref=v1", nil)
+		_, _, err := r.resolve(ctx, "git::https://fast.example/m.git?ref=v1", "", nil)
 		fast <- err
 	}()
 	select {

@@ -71,16 +71,17 @@ func (r *Runs) request(ctx context.Context, c *Claim, op tfrunner.Operation, att
 		deadline = settings.ApplyDeadlineOrDefault()
 	}
 	return tfrunner.Request{
-		Deadline:     deadline,
-		Name:         Name(c.F, op, attempt),
-		Operation:    op,
-		Family:       familyName(c),
-		ErrorRules:   errorRules(c),
-		ModuleDir:    moduleDir(c.F.Spec.Module),
-		ModuleSource: moduleSource(c.F.Spec.Module),
-		ModuleDigest: c.F.Spec.ModuleDigest,
-		Backend:      backend,
-		Workspace:    workspace,
+		Deadline:      deadline,
+		Name:          Name(c.F, op, attempt),
+		Operation:     op,
+		Family:        familyName(c),
+		ErrorRules:    errorRules(c),
+		ModuleDir:     moduleDir(c.F.Spec.Module),
+		ModuleSource:  moduleSource(c.F.Spec.Module),
+		ModuleVersion: c.F.Spec.ModuleVersion,
+		ModuleDigest:  c.F.Spec.ModuleDigest,
+		Backend:       backend,
+		Workspace:     workspace,
 		Variables: map[string]any{
 			tfrunner.VarNodeName:   c.F.Spec.NodeName,
 			tfrunner.VarNodeType:   c.F.Spec.NodeType,
