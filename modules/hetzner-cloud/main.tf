@@ -15,6 +15,8 @@ locals {
   placement      = lookup(local.p, "placement_group_id", "")
   enable_ipv4    = lookup(local.p, "enable_ipv4", "true") == "true"
   enable_ipv6    = lookup(local.p, "enable_ipv6", "true") == "true"
+  poll_interval  = lookup(local.p, "poll_interval", "") != "" ? local.p.poll_interval : "5s"
+  poll_function  = lookup(local.p, "poll_function", "") != "" ? local.p.poll_function : "exponential"
 
   # Hetzner label values: at most 63 characters, alphanumeric at both ends. A NodePool name
   # may be a longer DNS subdomain: it is cut to fit.

@@ -94,6 +94,14 @@ variable "parameters" {
     error_message = "parameters.firewall_ids must be a comma-separated list of firewall IDs."
   }
   validation {
+    condition     = can(regex("^([0-9]+(ms|s|m))?$", lookup(var.parameters, "poll_interval", "")))
+    error_message = "parameters.poll_interval must be a duration in whole ms, s or m, such as 500ms or 5s."
+  }
+  validation {
+    condition     = contains(["", "constant", "exponential"], lookup(var.parameters, "poll_function", ""))
+    error_message = "parameters.poll_function must be constant or exponential."
+  }
+  validation {
     condition     = alltrue([for k in split(",", lookup(var.parameters, "ssh_keys", "")) : can(regex("^[^\\s]*$", trimspace(k)))])
     error_message = "parameters.ssh_keys must be a comma-separated list of SSH key names or IDs."
   }

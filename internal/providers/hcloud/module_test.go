@@ -171,6 +171,18 @@ func TestModule(t *testing.T) {
 		t.Fatalf("apply failed: %v\n%s", res.Error, log.String())
 	}
 	t.Logf("API calls of the apply:\n%s", calls(s.Requests()))
+	// The module's poll settings (5s doubling) find each of the apply's actions — the
+	// create, the start after it and the network attach, 1 s and 0.5 s long here — done at
+	// the first poll; the provider's default (500ms doubling) polled the create twice.
+	polls := 0
+	for _, r := range s.Requests() {
+		if r.Endpoint == "GET /actions" || r.Endpoint == "GET /actions/{id}" {
+			polls++
+		}
+	}
+	if polls != 3 {
+		t.Errorf("the apply polled actions %d times, want 3: one poll for each of its actions", polls)
+	}
 
 	servers := s.Servers()
 	if len(servers) != 1 {
