@@ -18,15 +18,26 @@ import (
 // tokens.
 const ProjectRequestsPerHour = 3600
 
-// What one run of modules/hetzner-cloud asks of the API: the server type, image and SSH key
-// look-ups, the placement group, the create, the network attach, the action polls and a read
-// (TestModule logs the calls against the stand-in). The provider polls an action with an
-// exponential interval, so a real create of 20-60 s takes several polls where the stand-in's
-// takes one; these estimates leave room for them (the counts measured are in
-// docs/benchmarks.md, "Hetzner Cloud API requests per run").
+// What one run of modules/hetzner-cloud asks of the API, by what the hcloud provider does
+// (docs/benchmarks.md, "Hetzner Cloud API requests per node", counts them against the
+// stand-in; BenchmarkHcloudRequestsPerNode fails when a run asks for more).
+//
+// An apply: the server type and image look-ups, the create, its action's polls (the module
+// polls after 5, 15 and 35 s: three for a create of up to 35 s), one poll of the start that
+// follows it and the read of the new server; then what the module's optional settings add:
+// an SSH key's look-up, the placement group's, a network attach with its poll, and a fourth
+// poll for a create of up to 75 s.
+//
+// A destroy: the refresh's read, the delete and its action's poll; then the two look-ups
+// that image_selector's data sources make again.
 const (
-	ApplyRequests   = 20
-	DestroyRequests = 5
+	applyRequestsOfDefaults   = 8
+	applyRequestsOfSettings   = 5
+	destroyRequestsOfDefaults = 3
+	destroyRequestsOfSettings = 2
+
+	ApplyRequests   = applyRequestsOfDefaults + applyRequestsOfSettings
+	DestroyRequests = destroyRequestsOfDefaults + destroyRequestsOfSettings
 )
 
 var _ family.APIBudgets = (*Family)(nil)
