@@ -18,8 +18,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/apitally"
@@ -116,26 +114,7 @@ func BenchmarkHcloudRequestsPerNode(b *testing.B) {
 			},
 		},
 	}
-	pool := &karpv1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-hcloud"},
-		Spec: karpv1.NodePoolSpec{
-			Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
-				NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.Group, Kind: "TofuNodeClass", Name: class.Name},
-				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}},
-			}},
-			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: karpv1.MustParseNillableDuration("5s")},
-		},
-	}
-	for _, o := range []client.Object{secret, class, pool} {
-		if err := kube.Create(ctx, o); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := devenv.Poll(ctx, 2*time.Minute, 500*time.Millisecond, "the nodeclass to be Ready", func(ctx context.Context) (bool, error) {
-		return devenv.NodeClassReady(ctx, kube, class.Name)
-	}); err != nil {
-		b.Fatal(err)
-	}
+	pool := createHcloudPool(b, ctx, kube, secret, class)
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

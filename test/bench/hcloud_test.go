@@ -73,26 +73,7 @@ func BenchmarkBurst20HcloudClaims(b *testing.B) {
 			}},
 		},
 	}
-	pool := &karpv1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-hcloud"},
-		Spec: karpv1.NodePoolSpec{
-			Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
-				NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.Group, Kind: "TofuNodeClass", Name: class.Name},
-				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}},
-			}},
-			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: karpv1.MustParseNillableDuration("5s")},
-		},
-	}
-	for _, o := range []client.Object{secret, class, pool} {
-		if err := kube.Create(ctx, o); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := devenv.Poll(ctx, 2*time.Minute, 500*time.Millisecond, "the nodeclass to be Ready", func(ctx context.Context) (bool, error) {
-		return devenv.NodeClassReady(ctx, kube, class.Name)
-	}); err != nil {
-		b.Fatal(err)
-	}
+	pool := createHcloudPool(b, ctx, kube, secret, class)
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -294,4 +275,31 @@ func labelOf(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// createHcloudPool creates the credentials Secret, the Hetzner Cloud class and a NodePool of
+// it (on-demand, consolidating after 5 s) and waits for the class to be Ready.
+func createHcloudPool(b *testing.B, ctx context.Context, kube client.Client, secret *corev1.Secret, class *v1alpha1.TofuNodeClass) *karpv1.NodePool {
+	b.Helper()
+	pool := &karpv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-hcloud"},
+		Spec: karpv1.NodePoolSpec{
+			Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
+				NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.Group, Kind: "TofuNodeClass", Name: class.Name},
+				Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeOnDemand}}},
+			}},
+			Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: karpv1.MustParseNillableDuration("5s")},
+		},
+	}
+	for _, o := range []client.Object{secret, class, pool} {
+		if err := kube.Create(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := devenv.Poll(ctx, 2*time.Minute, 500*time.Millisecond, "the nodeclass to be Ready", func(ctx context.Context) (bool, error) {
+		return devenv.NodeClassReady(ctx, kube, class.Name)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return pool
 }
