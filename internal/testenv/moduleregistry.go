@@ -7,18 +7,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"io/fs"
 	"maps"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // ModuleRegistry is a module registry as OpenTofu's module registry protocol describes one,
@@ -35,8 +26,8 @@ import (
 // (/.well-known/terraform.json naming modules.v1), a module's versions
 // (GET <base>/<namespace>/<name>/<system>/versions) and a version's download (GET
 // .../<version>/download, answered 204 with X-Terraform-Get naming a .tar.gz archive it also
-// serves). Its certificate is signed by a CA made for it (CAFile: point SSL_CERT_FILE at
-// it), for the host 127.0.0.1: tofu takes a registry host only with a dot in it, so
+// serves). Its certificate is httptest's own for 127.0.0.1, as NewOCIRegistry's (CAFile: point
+// SSL_CERT_FILE at it): tofu takes a registry host only with a dot in it, so
 // localhost is not one. With a token, the registry's API answers 401 to a request without
 // "Authorization: Bearer <token>" (tofu sends it from TF_TOKEN_<host>, TokenEnv); the
 // archives need none, as tofu fetches them without the registry's credentials.
@@ -44,7 +35,7 @@ type ModuleRegistry struct {
 	t testing.TB
 	// Host is the registry's host:port, the first part of its modules' source addresses.
 	Host string
-	// CAFile holds the CA's certificate (PEM).
+	// CAFile holds the server's certificate (PEM).
 	CAFile string
 	token  string
 	srv    *httptest.Server
@@ -74,14 +65,11 @@ func NewModuleRegistry(t testing.TB, token string) *ModuleRegistry {
 	mux.HandleFunc("GET /v1/modules/{namespace}/{name}/{system}/versions", r.versions)
 	mux.HandleFunc("GET /v1/modules/{namespace}/{name}/{system}/{version}/download", r.download)
 	mux.HandleFunc("GET /archives/{namespace}/{name}/{system}/{archive}", r.archive)
-	r.srv = httptest.NewUnstartedServer(r.record(mux))
-	caPEM, cert := loopbackCertificate(t)
-	r.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	r.srv.StartTLS()
+	r.srv = httptest.NewTLSServer(r.record(mux))
 	t.Cleanup(r.srv.Close)
 	r.Host = strings.TrimPrefix(r.srv.URL, "https://")
 	r.CAFile = filepath.Join(t.TempDir(), "module-registry-ca.pem")
-	if err := os.WriteFile(r.CAFile, caPEM, 0o644); err != nil {
+	if err := os.WriteFile(r.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.srv.Certificate().Raw}), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -252,44 +240,4 @@ func tarGz(dir string) ([]byte, error) {
 		}
 	}
 	return buf.Bytes(), err
-}
-
-// loopbackCertificate is a CA made for one test (its certificate as PEM) and a server
-// certificate it signed for 127.0.0.1.
-func loopbackCertificate(t testing.TB) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fulfiller test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
 }

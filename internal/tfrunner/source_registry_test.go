@@ -51,9 +51,7 @@ func TestFetchModuleRegistry(t *testing.T) {
 	reg.Publish(node, "org/node/sim", "1.0.0")
 	reg.Publish(other, "org/node/sim", "1.3.0")
 	reg.Publish(node, "org/node/sim", "2.0.0")
-	env := fetchEnv(t)
-	env["SSL_CERT_FILE"] = reg.CAFile
-	env[reg.TokenEnv()] = "registry-token"
+	env := registryEnv(t, reg, "registry-token")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	source := reg.Source("org/node/sim")
@@ -99,9 +97,7 @@ func TestFetchModuleRegistry(t *testing.T) {
 func TestFetchModuleRegistryFailures(t *testing.T) {
 	reg := testenv.NewModuleRegistry(t, "registry-token")
 	reg.Publish(moduleDir(t, "node"), "org/node/sim", "1.0.0")
-	env := fetchEnv(t)
-	env["SSL_CERT_FILE"] = reg.CAFile
-	env[reg.TokenEnv()] = "registry-token"
+	env := registryEnv(t, reg, "registry-token")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	source := reg.Source("org/node/sim")
@@ -180,4 +176,12 @@ func TestRunRegistrySourcePinnedVersion(t *testing.T) {
 	if res := Run(ctx, bad, io.Discard, testRules); res.Succeeded || !strings.Contains(res.Error.Message, "only a module registry source") {
 		t.Errorf("a version on a git source gave %+v, want the request refused", res.Error)
 	}
+}
+
+// registryEnv is a fetch's environment that trusts reg's certificate and gives tofu its token.
+func registryEnv(t *testing.T, reg *testenv.ModuleRegistry, token string) map[string]string {
+	env := fetchEnv(t)
+	env["SSL_CERT_FILE"] = reg.CAFile
+	env[reg.TokenEnv()] = token
+	return env
 }

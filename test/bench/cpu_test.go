@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -244,13 +243,9 @@ type apiLatency struct {
 }
 
 func readAPILatency(ctx context.Context, cfg *rest.Config, resources ...string) (apiLatency, error) {
-	c, err := kubernetes.NewForConfig(cfg)
+	body, err := apiServerMetrics(ctx, cfg)
 	if err != nil {
 		return apiLatency{}, err
-	}
-	body, err := c.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return apiLatency{}, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
 	sums, counts := map[string]float64{}, map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {

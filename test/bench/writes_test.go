@@ -4,6 +4,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -26,8 +27,8 @@ type apiWrites map[string]map[string]float64
 // writeVerbs are the verbs of apiserver_request_total that change something.
 var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"}
 
-// readAPIWrites reads the API server's write counters.
-func readAPIWrites(ctx context.Context, cfg *rest.Config) (apiWrites, error) {
+// apiServerMetrics is the API server's /metrics, in the text format.
+func apiServerMetrics(ctx context.Context, cfg *rest.Config) ([]byte, error) {
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -36,7 +37,16 @@ func readAPIWrites(ctx context.Context, cfg *rest.Config) (apiWrites, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	return parseAPIWrites(strings.NewReader(string(body)))
+	return body, nil
+}
+
+// readAPIWrites reads the API server's write counters.
+func readAPIWrites(ctx context.Context, cfg *rest.Config) (apiWrites, error) {
+	body, err := apiServerMetrics(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return parseAPIWrites(bytes.NewReader(body))
 }
 
 func parseAPIWrites(r io.Reader) (apiWrites, error) {

@@ -46,24 +46,25 @@ type Pools struct {
 	Cache client.Reader
 }
 
-// Field indexes of Karpenter's operator that Occupied lists by.
+// Field indexes Karpenter's operator registers, which the controllers list by: Nodes by
+// spec.providerID, NodeClaims by status.providerID.
 const (
-	nodeProviderIDField      = "spec.providerID"
-	nodeClaimProviderIDField = "status.providerID"
+	NodeProviderIDField      = "spec.providerID"
+	NodeClaimProviderIDField = "status.providerID"
 )
 
 // occupied says whether a Node or a NodeClaim carries the provider ID.
 func occupied(c client.Reader) func(ctx context.Context, providerID string) (bool, error) {
 	return func(ctx context.Context, providerID string) (bool, error) {
 		nodes := &corev1.NodeList{}
-		if err := c.List(ctx, nodes, client.MatchingFields{nodeProviderIDField: providerID}); err != nil {
+		if err := c.List(ctx, nodes, client.MatchingFields{NodeProviderIDField: providerID}); err != nil {
 			return false, fmt.Errorf("listing the nodes of %s: %w", providerID, err)
 		}
 		if len(nodes.Items) > 0 {
 			return true, nil
 		}
 		claims := &karpv1.NodeClaimList{}
-		if err := c.List(ctx, claims, client.MatchingFields{nodeClaimProviderIDField: providerID}); err != nil {
+		if err := c.List(ctx, claims, client.MatchingFields{NodeClaimProviderIDField: providerID}); err != nil {
 			return false, fmt.Errorf("listing the nodeclaims of %s: %w", providerID, err)
 		}
 		return len(claims.Items) > 0, nil

@@ -192,7 +192,7 @@ func (d *finalizeStage) removeNodes(ctx context.Context, s *claimState) error {
 		return nil
 	}
 	nodes := &corev1.NodeList{}
-	if err := d.kube.List(ctx, nodes, client.MatchingFields{nodeProviderIDField: providerID}); err != nil {
+	if err := d.kube.List(ctx, nodes, client.MatchingFields{classconfig.NodeProviderIDField: providerID}); err != nil {
 		return fmt.Errorf("listing the nodes of the destroyed machine: %w", err)
 	}
 	for i := range nodes.Items {

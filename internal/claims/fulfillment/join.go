@@ -15,11 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
+	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 )
-
-// nodeProviderIDField is the Node index Karpenter's operator registers.
-const nodeProviderIDField = "spec.providerID"
 
 // joinStage waits for the Node with the claim's provider ID, revokes the bootstrap token as
 // soon as it is there, and gives up after the node type's join timeout, or at once when the
@@ -39,7 +37,7 @@ func (j *joinStage) reconcile(ctx context.Context, s *claimState) (reconcile.Res
 		return reconcile.Result{}, nil
 	}
 	nodes := &corev1.NodeList{}
-	if err := j.kube.List(ctx, nodes, client.MatchingFields{nodeProviderIDField: s.F.Status.ProviderID}); err != nil {
+	if err := j.kube.List(ctx, nodes, client.MatchingFields{classconfig.NodeProviderIDField: s.F.Status.ProviderID}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodes by provider id: %w", err)
 	}
 	if len(nodes.Items) > 0 {
