@@ -14,7 +14,7 @@ GO_TEST_FLAGS ?= -count=1 -timeout=30m
 # benchmark suites under test/ run without it (their time goes to tofu, machines and builds).
 RACE_PACKAGES := ./api/... ./cmd/... ./hack/... ./internal/...
 
-.PHONY: all tools image-tools bench-tools generate chart-crds api-docs docs-check verify-generate build test test-unit vet lint bench demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
+.PHONY: all tools image-tools bench-tools generate chart-crds api-docs docs-check verify-generate build test test-unit vet lint bench soak demo demo-hcloud dev-up dev-down clean help chart-lint karpenter-crds image
 
 all: build
 
@@ -100,7 +100,19 @@ test-unit: ## the inner loop, in seconds: the tests that need no tools and no co
 
 test: tools image-tools vet lint verify-generate ## build the tools, then run every test suite against them, the unit and controller tests with -race (test/image builds the image)
 	go test $(GO_TEST_FLAGS) -race $(RACE_PACKAGES)
-	go test $(GO_TEST_FLAGS) ./test/...
+	go test $(GO_TEST_FLAGS) $$(go list ./test/... | grep -v /test/soak$$)
+	SOAK_DURATION=$(SOAK_CI_DURATION) SOAK_SEED= go test $(GO_TEST_FLAGS) ./test/soak/
+
+# make soak: random churn with invariants on a local environment of its own (test/soak);
+# make test runs SOAK_CI_DURATION of it, after the other suites.
+SOAK_DURATION ?= 1h
+SOAK_SEED ?=
+SOAK_CI_DURATION ?= 2m30s
+SOAK_REPORT ?=
+
+soak: tools ## churn the local environment at random for SOAK_DURATION (1h) and check its invariants every 10 s (SOAK_SEED= replays a run, SOAK_REPORT= writes the report to a file)
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
+		go test -count=1 -timeout=0 -v -run '^TestSoak$$' ./test/soak/
 
 BENCH ?= .
 bench: tools bench-tools ## run the benchmarks (test/bench): bursts against Karpenter's kwok provider, one run's phases, runner overhead, 20 claims through Jobs, Hetzner Cloud API requests per node (BENCH=, BENCH_CASES=, BENCH_ROUNDS=, BENCH_BASELINE_REV=, BENCH_IDLE=, BENCH_HCLOUD_CREATE=)
