@@ -76,6 +76,9 @@ type Options struct {
 	// APIBudgets, when set, are the budgets the executor admits runs by; the orphan
 	// collector's requests are taken from them too.
 	APIBudgets *executor.APIBudgets
+	// RepairToleration is how long a Node may be NotReady or Unknown before the repair
+	// policies replace it (cloudprovider.Options.RepairToleration).
+	RepairToleration time.Duration
 }
 
 // withDefaults is o with the state namespace resolved: the one place it is defaulted.
@@ -88,7 +91,7 @@ func (o Options) withDefaults() Options {
 func NewCloudProvider(o Options) *cloudprovider.CloudProvider {
 	o = o.withDefaults()
 	return cloudprovider.New(cloudprovider.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Unavailable: o.Unavailable,
-		StateNamespace: o.StateNamespace, Families: o.Families})
+		StateNamespace: o.StateNamespace, Families: o.Families, RepairToleration: o.RepairToleration})
 }
 
 // NewControllers are the fulfiller's controllers, in one list, to run beside Karpenter's. The

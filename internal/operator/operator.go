@@ -75,6 +75,7 @@ func Run(families family.Registry) {
 		OrphanGrace:        opts.OrphanGrace,
 		PoolKeeperInterval: opts.PoolKeeperInterval,
 		ModuleRefresh:      opts.ModuleRefresh,
+		RepairToleration:   opts.RepairToleration,
 		APIBudgets:         apiBudgets,
 	}
 	provider := claims.NewCloudProvider(o)

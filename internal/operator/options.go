@@ -18,6 +18,7 @@ import (
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/utils/env"
 
+	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/garbagecollection"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/nodeclass"
@@ -76,6 +77,10 @@ type Options struct {
 	PoolKeeperInterval time.Duration
 	// ModuleRefresh is how often a class's module source is resolved again.
 	ModuleRefresh time.Duration
+	// RepairToleration is how long a Node may be NotReady or Unknown before Karpenter's node
+	// repair (its NodeRepair feature gate) replaces it.
+	RepairToleration time.Duration
+	repairToleration string
 	// RunnerPriorityClass is the PriorityClass of runner pods (empty: none).
 	RunnerPriorityClass string
 	runnerResources     string
@@ -101,6 +106,9 @@ type Options struct {
 	RunnerVolumeMounts     []corev1.VolumeMount
 }
 
+// MinRepairToleration is the shortest --repair-toleration taken.
+const MinRepairToleration = 10 * time.Second
+
 // DefaultRunnerPriorityClass is the runner pods' PriorityClass unless one is set, as
 // Karpenter's chart gives its controller: provisioning must go on when the cluster is full.
 const DefaultRunnerPriorityClass = "system-cluster-critical"
@@ -124,6 +132,8 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.RunnerTTL, "runner-ttl", env.WithDefaultDuration("FULFILLER_RUNNER_TTL", 24*time.Hour), "How long finished runner Jobs, and so their logs, are kept")
 	fs.DurationVar(&o.PoolKeeperInterval, "pool-keeper-interval", env.WithDefaultDuration("FULFILLER_POOL_KEEPER_INTERVAL", 10*time.Second), "How often the pools of finite families (Hetzner Robot servers) are looked after: leases, reinstalls back to standby, installs ahead of need, quarantine")
 	fs.DurationVar(&o.ModuleRefresh, "module-refresh-interval", env.WithDefaultDuration("FULFILLER_MODULE_REFRESH_INTERVAL", nodeclass.DefaultModuleRefresh), "How often a class's module source is resolved again (a git ref's commit, the content's digest); claims are created with the last resolution")
+	// A string parsed in validate: a value that is no duration is an error, not the default.
+	fs.StringVar(&o.repairToleration, "repair-toleration", env.WithDefaultString("FULFILLER_REPAIR_TOLERATION", cloudprovider.DefaultRepairToleration.String()), "How long a Node's Ready condition may be False or Unknown before the repair policies replace the node (with Karpenter's NodeRepair feature gate on)")
 	fs.DurationVar(&o.DestroyDeadline, "destroy-deadline", env.WithDefaultDuration("FULFILLER_DESTROY_DEADLINE", run.DefaultDestroyDeadline), "Longest a tofu destroy may run (an apply is bounded by its node type's deadlines.apply)")
 	fs.DurationVar(&o.RetryBackoff, "retry-backoff", env.WithDefaultDuration("FULFILLER_RETRY_BACKOFF", run.DefaultRetryBackoff), "First wait before a failed tofu run is tried again; it doubles per attempt, up to 60 times this")
 	fs.StringVar(&o.runnerResources, "runner-resources", env.WithDefaultString("FULFILLER_RUNNER_RESOURCES", ""), "Resources of the runner container, as JSON of a ResourceRequirements")
@@ -167,6 +177,16 @@ func (o *Options) validate() error {
 		}
 	default:
 		return fmt.Errorf("executor %q is not supported (want job or local)", o.Executor)
+	}
+	if o.repairToleration != "" {
+		d, err := time.ParseDuration(o.repairToleration)
+		if err != nil {
+			return fmt.Errorf("--repair-toleration (FULFILLER_REPAIR_TOLERATION) %q is no duration (such as 30m or 5m30s): %w", o.repairToleration, err)
+		}
+		o.RepairToleration = d
+	}
+	if o.RepairToleration < MinRepairToleration {
+		return fmt.Errorf("--repair-toleration %s is under %s: a node would be replaced for a status update or two that came late (a kubelet reports every 10s by default)", o.RepairToleration, MinRepairToleration)
 	}
 	if o.MaxConcurrentRuns < 0 {
 		return errors.New("max-concurrent-runs must not be negative (0: no cap)")

@@ -12,7 +12,8 @@ import (
 func TestValidate(t *testing.T) {
 	valid := func() *Options {
 		return &Options{ClusterName: "prod-eu", OrphanGrace: 10 * time.Minute, Executor: ExecutorJob, RunnerImage: "ghcr.io/fulfiller-sh/fulfiller:v0",
-			MaxConcurrentRuns: 8, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second, RetryBackoff: 5 * time.Second}
+			MaxConcurrentRuns: 8, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second, RetryBackoff: 5 * time.Second,
+			repairToleration: "30m"}
 	}
 	o := valid()
 	o.runnerResources = `{"requests":{"cpu":"200m","memory":"300Mi"}}`
@@ -20,6 +21,9 @@ func TestValidate(t *testing.T) {
 	o.runnerTolerations = `[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists","effect":"NoSchedule"}]`
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
+	}
+	if o.RepairToleration != 30*time.Minute {
+		t.Errorf("repair toleration %s, want 30m", o.RepairToleration)
 	}
 	if o.RunnerResources.Requests.Cpu().String() != "200m" || len(o.RunnerNodeSelector) != 1 || len(o.RunnerTolerations) != 1 {
 		t.Errorf("parsed %+v %v %v", o.RunnerResources, o.RunnerNodeSelector, o.RunnerTolerations)
@@ -57,6 +61,9 @@ func TestValidate(t *testing.T) {
 		{"no cluster name", "--cluster-name (FULFILLER_CLUSTER_NAME) is required", func(o *Options) { o.ClusterName = "" }},
 		{"bad cluster name", "is no label value", func(o *Options) { o.ClusterName = "prod eu" }},
 		{"short grace", "under a minute", func(o *Options) { o.OrphanGrace = time.Second }},
+		{"repair toleration no duration", `--repair-toleration (FULFILLER_REPAIR_TOLERATION) "30" is no duration`, func(o *Options) { o.repairToleration = "30" }},
+		{"short repair toleration", "--repair-toleration 5s is under 10s", func(o *Options) { o.repairToleration = "5s" }},
+		{"negative repair toleration", "--repair-toleration -1m0s is under 10s", func(o *Options) { o.repairToleration = "-1m" }},
 		{"a mount for a volume", `parsing runner-volumes: json: unknown field "mountPath"`, func(o *Options) { o.runnerVolumes = `[{"name":"ca","mountPath":"/etc/ca"}]` }},
 		{"runner's own label", "pod label karpenter.sh/nodeclaim is the executor's own", func(o *Options) { o.runnerPodLabels = `{"karpenter.sh/nodeclaim":"x"}` }},
 		{"mount of no volume", "volume mount ca names none of the extra volumes", func(o *Options) { o.runnerVolumeMounts = `[{"name":"ca","mountPath":"/etc/ca"}]` }},
@@ -68,7 +75,8 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	local := &Options{ClusterName: "dev", OrphanGrace: time.Minute, Executor: ExecutorLocal, MaxConcurrentRuns: 1, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second, RetryBackoff: time.Second}
+	local := &Options{ClusterName: "dev", OrphanGrace: time.Minute, Executor: ExecutorLocal, MaxConcurrentRuns: 1, RunnerTTL: time.Hour, DestroyDeadline: time.Hour, PoolKeeperInterval: 10 * time.Second, RetryBackoff: time.Second,
+		repairToleration: "20s"}
 	if err := local.validate(); err != nil {
 		t.Errorf("the local executor needs no image: %v", err)
 	}

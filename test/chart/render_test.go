@@ -87,6 +87,7 @@ func TestDefaults(t *testing.T) {
 		"FULFILLER_CLUSTER_NAME":             testClusterName,
 		"FULFILLER_ORPHAN_GRACE":             "10m",
 		"FULFILLER_MODULE_REFRESH_INTERVAL":  "10m",
+		"FULFILLER_REPAIR_TOLERATION":        "30m",
 		// Runner pods have the controller's priority class and nothing extra.
 		"FULFILLER_RUNNER_PRIORITY_CLASS":     "system-cluster-critical",
 		"FULFILLER_RUNNER_IMAGE_PULL_SECRETS": "[]",
@@ -509,6 +510,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"settings.clusterName=prod eu", "/settings/clusterName"},
 		{"orphanGracePeriod=ten", "/orphanGracePeriod"},
 		{"moduleRefreshInterval=often", "/moduleRefreshInterval"},
+		{"settings.repairToleration=30", "/settings/repairToleration"},
 		{"settings.featureGates.nodeRepairs=true", "/settings/featureGates"},
 		{"runner.podLabels.team=5", "/runner/podLabels/team"},
 		{"runner.extraVolumes[0].configMap.name=ca", "/runner/extraVolumes/0"},

@@ -7,6 +7,7 @@
 package cloudprovider
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,7 +53,14 @@ type Options struct {
 	StateNamespace string
 	// Families, when set, lets Create lease machines of the classes whose family is a Pool.
 	Families family.Registry
+	// RepairToleration is how long a Node's Ready condition may be False or Unknown before
+	// the repair policies replace it (0: DefaultRepairToleration).
+	RepairToleration time.Duration
 }
+
+// DefaultRepairToleration is how long a Node may be NotReady before it is repaired, unless
+// the operator sets another (the controller's --repair-toleration).
+const DefaultRepairToleration = 30 * time.Minute
 
 // CloudProvider implements Karpenter's CloudProvider on Fulfillments: Create decides and
 // records, the Fulfillment controller does the slow work.
@@ -66,6 +74,8 @@ type CloudProvider struct {
 	// reader reads a Fulfillment past the cache (default kube), when the claim says its
 	// provider ID is known and the cache may not have it yet.
 	reader client.Reader
+	// repairToleration is the repair policies' toleration (Options.RepairToleration).
+	repairToleration time.Duration
 
 	// pools lease machines of the classes whose family is a finite pool (Options.Families).
 	pools *classconfig.Pools
@@ -87,7 +97,7 @@ var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
 // New builds the CloudProvider.
 func New(o Options) *CloudProvider {
 	c := &CloudProvider{kube: o.Kube, reader: o.Kube, clock: o.Clock, unavailable: o.Unavailable, stateNamespace: o.StateNamespace,
-		cache: map[types.UID]cachedTypes{}}
+		repairToleration: cmp.Or(o.RepairToleration, DefaultRepairToleration), cache: map[types.UID]cachedTypes{}}
 	if o.APIReader != nil {
 		c.reader = o.APIReader
 	}
@@ -479,14 +489,15 @@ func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) 
 	return "", nil
 }
 
-// RepairPolicies replace nodes whose kubelet stopped reporting for a long while; boot time is
-// not counted (a node registers Ready or not at all). Karpenter (v1.15.0,
+// RepairPolicies replace nodes whose kubelet stopped reporting for the repair toleration
+// (Options.RepairToleration); boot time is not counted (a node registers Ready or not at all). Karpenter (v1.15.0,
 // pkg/controllers/node/health) wants exactly one policy with an empty reason regex, the
 // fallback of every listed condition; Ready=Unknown matches any reason explicitly.
 func (c *CloudProvider) RepairPolicies() []cloudprovider.RepairPolicy {
+	toleration := c.repairToleration
 	return []cloudprovider.RepairPolicy{
-		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionFalse, TolerationDuration: 30 * time.Minute, Action: cloudprovider.ReplaceNode},
-		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, ReasonRegex: ".*", TolerationDuration: 30 * time.Minute, Action: cloudprovider.ReplaceNode},
+		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionFalse, TolerationDuration: toleration, Action: cloudprovider.ReplaceNode},
+		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, ReasonRegex: ".*", TolerationDuration: toleration, Action: cloudprovider.ReplaceNode},
 	}
 }
 

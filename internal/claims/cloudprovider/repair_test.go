@@ -55,3 +55,19 @@ func TestRepairPoliciesAcceptedByKarpenter(t *testing.T) {
 		}
 	}
 }
+
+// The operator's toleration (--repair-toleration) is the policies' toleration, for both
+// statuses.
+func TestRepairToleration(t *testing.T) {
+	p := New(Options{Clock: clocktesting.NewFakeClock(time.Now()), RepairToleration: 2 * time.Minute})
+	for _, policy := range p.RepairPolicies() {
+		if policy.TolerationDuration != 2*time.Minute {
+			t.Errorf("policy %s=%s tolerates %s, want 2m", policy.ConditionType, policy.ConditionStatus, policy.TolerationDuration)
+		}
+	}
+	for _, policy := range New(Options{Clock: clocktesting.NewFakeClock(time.Now())}).RepairPolicies() {
+		if policy.TolerationDuration != DefaultRepairToleration {
+			t.Errorf("without a setting, policy %s=%s tolerates %s, want %s", policy.ConditionType, policy.ConditionStatus, policy.TolerationDuration, DefaultRepairToleration)
+		}
+	}
+}
