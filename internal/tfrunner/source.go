@@ -103,6 +103,9 @@ func FetchModule(ctx context.Context, tofuPath, source, version, dir string, env
 	if err := CheckModuleVersion(source, version); err != nil {
 		return nil, err
 	}
+	if err := checkGitProgram(source, env["PATH"]); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -197,6 +200,38 @@ func fetchRemoteModule(ctx context.Context, tofu, source, version, work string, 
 		return nil, err
 	}
 	return FetchModule(ctx, path, source, version, filepath.Join(work, "root"), env)
+}
+
+// IsGitSource reports whether tofu fetches source with the git program: a git:: source, or
+// one of the shorthands OpenTofu's module sources documentation names for git
+// (github.com/org/repo over HTTPS, git@host:org/repo over SSH).
+func IsGitSource(source string) bool {
+	for _, prefix := range []string{"git::", "github.com/", "git@"} {
+		if strings.HasPrefix(source, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkGitProgram refuses a git source where tofu would find no git program on path (the
+// run's PATH), before tofu is started, in words that say what to do: the image has no git
+// (docs/image.md).
+func checkGitProgram(source, path string) error {
+	if !IsGitSource(source) {
+		return nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			continue
+		}
+		if info, err := os.Stat(filepath.Join(dir, "git")); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s is a git source, which tofu fetches with the git program, and no git is on the PATH (%s): "+
+		"the fulfiller image has none; use an OCI, module registry or HTTP(S) archive source, or run an image with git (docs/image.md)",
+		ErrModuleFetch, source, path)
 }
 
 // checkRemoteSource refuses what cannot be a module block's literal source.

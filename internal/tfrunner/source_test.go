@@ -103,6 +103,58 @@ func TestFetchModuleFailures(t *testing.T) {
 	}
 }
 
+// Without a git program on the run's PATH (the image has none), a git source fails before
+// tofu starts, with what to do instead; a source of another kind does not need git.
+func TestFetchModuleGitWithoutGit(t *testing.T) {
+	repo := testenv.NewGitRepo(t)
+	repo.Commit(moduleDir(t, "node"), "node", "v1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	noGit := t.TempDir()
+	// A file named git that cannot be run is no git program.
+	if err := os.WriteFile(filepath.Join(noGit, "git"), []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := fetchEnv(t)
+	env["PATH"] = noGit
+	for _, source := range []string{
+		"git::file://" + repo.Bare + "//node?ref=v1",
+		"github.com/example/node",
+		"git@github.com:example/node.git",
+	} {
+		dir := filepath.Join(t.TempDir(), "fetch")
+		_, err := FetchModule(ctx, tofuPath(t), source, "", dir, env)
+		if !errors.Is(err, ErrModuleFetch) || !strings.Contains(err.Error(), "no git is on the PATH ("+noGit+")") ||
+			!strings.Contains(err.Error(), "use an OCI, module registry or HTTP(S) archive source") {
+			t.Errorf("git source %s without git gave %v, want ErrModuleFetch saying git is missing and what to use", source, err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("a refused git source left %s behind (%v)", dir, err)
+		}
+	}
+
+	if _, err := FetchModule(ctx, tofuPath(t), serveModuleArchive(t)+"/node.tar.gz", "", t.TempDir(), env); err != nil {
+		t.Errorf("an HTTP archive source without git: %v, want it fetched", err)
+	}
+}
+
+func TestIsGitSource(t *testing.T) {
+	for source, want := range map[string]bool{
+		"git::https://example.com/org/node.git?ref=v1": true,
+		"git::ssh://git@example.com/org/node.git":      true,
+		"github.com/org/node":                          true,
+		"git@github.com:org/node.git":                  true,
+		"https://example.com/node.tar.gz":              false,
+		"oci://registry.example.com/org/node":          false,
+		"registry.example.com/org/node/hcloud":         false,
+		"/modules/hetzner-cloud":                       false,
+	} {
+		if got := IsGitSource(source); got != want {
+			t.Errorf("IsGitSource(%q) = %v, want %v", source, got, want)
+		}
+	}
+}
+
 // A run of a git source fetches it itself; a recorded digest holds the apply to that content,
 // and a destroy of other content goes on.
 func TestRunGitSourcePinnedByDigest(t *testing.T) {
@@ -199,25 +251,31 @@ func writeTestFile(t *testing.T, path, content string) {
 }
 
 // An HTTP archive is fetched and unpacked by tofu; its digest is its files'.
-func TestFetchModuleHTTPArchive(t *testing.T) {
+// serveModuleArchive serves the test module "node" as node.tar.gz at the URL it returns.
+func serveModuleArchive(t *testing.T) string {
 	archive := filepath.Join(t.TempDir(), "node.tar.gz")
 	tar := exec.Command("tar", "-czf", archive, "-C", moduleDir(t, "node"), ".")
 	if out, err := tar.CombinedOutput(); err != nil {
 		t.Fatalf("tar: %v\n%s", err, out)
 	}
 	srv := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(archive))))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestFetchModuleHTTPArchive(t *testing.T) {
+	url := serveModuleArchive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	got, err := FetchModule(ctx, tofuPath(t), srv.URL+"/node.tar.gz", "", t.TempDir(), fetchEnv(t))
+	got, err := FetchModule(ctx, tofuPath(t), url+"/node.tar.gz", "", t.TempDir(), fetchEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want, _ := ModuleDigest(moduleDir(t, "node"))
-	if got.Digest != want || got.Commit != "" || got.Pinned != srv.URL+"/node.tar.gz" {
+	if got.Digest != want || got.Commit != "" || got.Pinned != url+"/node.tar.gz" {
 		t.Errorf("the archive resolved to %+v, want the module's digest %s", got, want)
 	}
-	if _, err := FetchModule(ctx, tofuPath(t), srv.URL+"/missing.tar.gz", "", t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) {
+	if _, err := FetchModule(ctx, tofuPath(t), url+"/missing.tar.gz", "", t.TempDir(), fetchEnv(t)); !errors.Is(err, ErrModuleFetch) {
 		t.Errorf("a missing archive gave %v, want ErrModuleFetch", err)
 	}
 }

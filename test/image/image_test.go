@@ -462,6 +462,21 @@ func TestInitOffline(t *testing.T) {
 	}
 }
 
+// TestGitSourceInImage: the image has no git, so a git module source is refused before tofu
+// starts, saying so and what to use instead (docs/image.md); an OCI, registry or HTTP(S)
+// source needs no program beyond tofu.
+func TestGitSourceInImage(t *testing.T) {
+	fs := rootfs(t)
+	if _, err := os.Lstat(filepath.Join(fs, "usr", "bin", "git")); !os.IsNotExist(err) {
+		t.Fatalf("the image has /usr/bin/git (%v): this test and docs/image.md assume it has none", err)
+	}
+	source := "git::https://git.example.com/org/node.git//node?ref=v1"
+	out, err := inImage(fs, "/tmp", nil, "/usr/local/bin/fulfiller", "module", "check", source)
+	if err == nil || !strings.Contains(out, "no git is on the PATH") || !strings.Contains(out, "use an OCI, module registry or HTTP(S) archive source") {
+		t.Errorf("fulfiller module check %s in the image: %v, want a refusal naming the missing git:\n%s", source, err, out)
+	}
+}
+
 func chownTree(dir string, uid, gid int) error {
 	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
