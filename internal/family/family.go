@@ -20,8 +20,10 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
@@ -184,6 +186,17 @@ type Billing interface {
 	BillingPeriod() time.Duration
 }
 
+// ZoneLabels (optional) names the labels besides topology.kubernetes.io/zone that carry a
+// node's zone in the family's cloud: the topology keys its CSI driver pins volumes to (Hetzner
+// Cloud's csi.hetzner.cloud/location, whose values are the locations the family's offerings
+// name as zones). Karpenter reads them as the zone when it plans for a pod's volumes
+// (Registry.NormalizeZoneLabels), and a Node of the family is born with them (valued with its
+// zone), so that the scheduler can place a pod whose volume pins one on the Node before the
+// CSI driver's node plugin registers.
+type ZoneLabels interface {
+	ZoneLabels() []string
+}
+
 // Error is a failure a family can name: Reason is a reason of the API (api/v1alpha1),
 // Message says what is wrong without any secret.
 type Error struct {
@@ -238,6 +251,46 @@ func (r Registry) Names() []string {
 		out = append(out, name)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// NormalizeZoneLabels registers every family's ZoneLabels with Karpenter as names of
+// topology.kubernetes.io/zone (its NormalizedLabels, as karpenter-provider-aws does for its
+// CSI driver's topology.ebs.csi.aws.com/zone): a pod requirement or a volume's node affinity
+// on one is planned as one on the zone. Karpenter reads that map unguarded, so this runs once,
+// before Karpenter's controllers start; a label Karpenter already normalizes to another key is
+// an error.
+func (r Registry) NormalizeZoneLabels() error {
+	for _, name := range r.Names() {
+		z, ok := r[name].(ZoneLabels)
+		if !ok {
+			continue
+		}
+		for _, label := range z.ZoneLabels() {
+			if to, ok := karpv1.NormalizedLabels[label]; ok && to != corev1.LabelTopologyZone {
+				return fmt.Errorf("family %s: Karpenter already reads label %s as %s, not as the zone", name, label, to)
+			}
+			karpv1.NormalizedLabels[label] = corev1.LabelTopologyZone
+		}
+	}
+	return nil
+}
+
+// NodeZoneLabels are the family's ZoneLabels valued with zone, for a Node of the named
+// family (none for the generic family and families without ZoneLabels).
+func (r Registry) NodeZoneLabels(family, zone string) map[string]string {
+	f, ok := r.Get(family)
+	if !ok || zone == "" {
+		return nil
+	}
+	z, ok := f.(ZoneLabels)
+	if !ok {
+		return nil
+	}
+	out := map[string]string{}
+	for _, label := range z.ZoneLabels() {
+		out[label] = zone
+	}
 	return out
 }
 

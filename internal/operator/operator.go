@@ -40,6 +40,11 @@ import (
 // caller strips its own sub-command first). families are the node-type families classes may
 // name.
 func Run(families family.Registry) {
+	// Before Karpenter's controllers start: they read its NormalizedLabels unguarded.
+	if err := families.NormalizeZoneLabels(); err != nil {
+		fmt.Fprintln(os.Stderr, "fulfiller controller:", err)
+		os.Exit(1)
+	}
 	ctx, op := operator.NewOperator()
 	opts := FromContext(ctx)
 	// The embedded Karpenter core works only with its own version's CRDs.

@@ -44,3 +44,19 @@ func TestBillingPeriods(t *testing.T) {
 		t.Errorf("billing periods %v, the API's rules expect %v", got, want)
 	}
 }
+
+// TestZoneLabels: Hetzner Cloud's CSI driver pins volumes to a location by
+// csi.hetzner.cloud/location, and the family's zones are those locations; the binaries'
+// families register with Karpenter without a conflict.
+func TestZoneLabels(t *testing.T) {
+	got := map[string][]string{}
+	for name, f := range providers.Families() {
+		if z, ok := f.(family.ZoneLabels); ok {
+			got[name] = z.ZoneLabels()
+		}
+	}
+	want := map[string][]string{"hcloud": {"csi.hetzner.cloud/location"}}
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("zone labels %v, want %v", got, want)
+	}
+}

@@ -670,3 +670,93 @@ func describeClaims(ffs []v1alpha1.Fulfillment) []string {
 	}
 	return out
 }
+
+// TestHcloudVolumeTopology: a pod whose volume the Hetzner Cloud CSI driver pinned to a
+// location (a PersistentVolume's node affinity on csi.hetzner.cloud/location) gets a node in
+// that location, not in a cheaper one: Karpenter reads the label as the zone. The Node is born
+// with the label, so the scheduler binds the pod before any CSI node plugin would label it.
+func TestHcloudVolumeTopology(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Minute)
+	api := startHcloud(t)
+	const class, pool, app, volume = "e2e-hcloud-volume", "e2e-hcloud-volume", "hcloud-volume", "e2e-hcloud-volume"
+	secret := hcloudSecret("e2e-hcloud-volume", map[string]string{"HCLOUD_ENDPOINT": api.Endpoint(), "HCLOUD_TOKEN": api.Token()})
+	create(t, ctx, secret)
+	t.Cleanup(func() { _ = env.kube.Delete(context.Background(), secret) })
+	startScenario(t, ctx, hcloudClass(class, secret.Name, hcloudType("cx23", "fsn1=0.0050", "hel1=0.0052", "nbg1=0.0090")), nodePool(pool, class))
+	t.Cleanup(func() {
+		cleanup(t, app, pool, class)
+		if servers := api.Servers(); len(servers) != 0 {
+			t.Errorf("servers left: %+v", servers)
+		}
+	})
+
+	// A volume as the CSI driver provisions one in nbg1, and its claim bound to it.
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: volume},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "csi.hetzner.cloud", VolumeHandle: "4711"}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "csi.hetzner.cloud/location", Operator: corev1.NodeSelectorOpIn, Values: []string{"nbg1"}}},
+			}}}},
+			ClaimRef: &corev1.ObjectReference{Namespace: "default", Name: volume},
+		},
+	}
+	empty := ""
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: volume},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}},
+			StorageClassName: &empty,
+			VolumeName:       volume,
+		},
+	}
+	create(t, ctx, pv, pvc)
+	t.Cleanup(func() {
+		_ = env.kube.Delete(context.Background(), pvc)
+		_ = env.kube.Delete(context.Background(), pv)
+	})
+	eventually(t, ctx, time.Minute, "the volume's claim to be bound", func(ctx context.Context) (bool, error) {
+		got := &corev1.PersistentVolumeClaim{}
+		err := env.kube.Get(ctx, client.ObjectKeyFromObject(pvc), got)
+		return err == nil && got.Status.Phase == corev1.ClaimBound, err
+	})
+
+	d := deployment(app, pool, 1, "500m")
+	d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: volume}}}}
+	d.Spec.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	create(t, ctx, d)
+	var pod corev1.Pod
+	eventually(t, ctx, 4*time.Minute, "the pod with the volume to be bound to a node", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := env.kube.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"app": app}); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				pod = p
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	node := &corev1.Node{}
+	if err := env.kube.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Labels["csi.hetzner.cloud/location"] != "nbg1" || node.Labels[corev1.LabelTopologyZone] != "nbg1" {
+		t.Errorf("node %s labels %v, want csi.hetzner.cloud/location and the zone nbg1", node.Name, node.Labels)
+	}
+	servers := api.Servers()
+	if len(servers) != 1 || servers[0].Location != "nbg1" {
+		t.Errorf("servers %+v, want one in nbg1, where the volume is", servers)
+	}
+	ffs := poolFulfillments(t, ctx, pool)
+	if len(ffs) != 1 || ffs[0].Spec.Zone != "nbg1" {
+		t.Errorf("claims %v, want one in nbg1", describeClaims(ffs))
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +80,9 @@ type CloudProvider struct {
 
 	// pools lease machines of the classes whose family is a finite pool (Options.Families).
 	pools *classconfig.Pools
+	// families give a claim's labels besides the zone label that name its zone in its cloud
+	// (family.ZoneLabels).
+	families family.Registry
 
 	mu    sync.Mutex
 	cache map[types.UID]cachedTypes
@@ -97,7 +101,7 @@ var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
 // New builds the CloudProvider.
 func New(o Options) *CloudProvider {
 	c := &CloudProvider{kube: o.Kube, reader: o.Kube, clock: o.Clock, unavailable: o.Unavailable, stateNamespace: o.StateNamespace,
-		repairToleration: cmp.Or(o.RepairToleration, DefaultRepairToleration), cache: map[types.UID]cachedTypes{}}
+		repairToleration: cmp.Or(o.RepairToleration, DefaultRepairToleration), families: o.Families, cache: map[types.UID]cachedTypes{}}
 	if o.APIReader != nil {
 		c.reader = o.APIReader
 	}
@@ -302,6 +306,7 @@ func (c *CloudProvider) hydrate(claim *karpv1.NodeClaim, nc *v1alpha1.TofuNodeCl
 	}
 	out := claim.DeepCopy()
 	out.Labels = classconfig.NodeLabels(nt, f)
+	maps.Copy(out.Labels, c.families.NodeZoneLabels(nc.Spec.Family, f.Spec.Zone))
 	out.Annotations = map[string]string{AnnotationHash: f.Spec.Hash, AnnotationHashVersion: HashVersion}
 	out.Status.ProviderID = providerID
 	out.Status.Capacity = it.Capacity

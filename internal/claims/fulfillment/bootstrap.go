@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/gates"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
 )
 
@@ -37,6 +39,9 @@ type bootstrapStage struct {
 	// serverVersion is the API server's version, the Kubernetes version installed when a
 	// class names none.
 	serverVersion func(context.Context) (string, error)
+	// families give the labels besides the zone label that name a Node's zone in its cloud
+	// (family.ZoneLabels).
+	families family.Registry
 }
 
 func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcile.Result, error) {
@@ -85,7 +90,7 @@ func (b *bootstrapStage) reconcile(ctx context.Context, s *claimState) (reconcil
 		ProviderID:        s.F.Spec.ProviderID,
 		ProviderIDFrom:    classconfig.ProviderIDSource(s.NodeType, s.F.Spec.ProviderID),
 		Reservations:      classconfig.Reservations(s.NodeType),
-		Labels:            kubeletLabels(nodeLabels(s)),
+		Labels:            kubeletLabels(nodeLabels(s, b.families)),
 		Taints:            append([]corev1.Taint{karpv1.UnregisteredNoExecuteTaint}, gates.Taints(s.Class, s.NodeType)...),
 		CRISocket:         criSocket,
 		KubeletExtraArgs:  kubeletArgs(s.Class, s.NodeType),
@@ -227,13 +232,14 @@ func userDataLimit(nt *v1alpha1.NodeType) int64 {
 	return nt.UserDataLimit.Value()
 }
 
-// nodeLabels are the labels the Node is born with: the node type's, and over them the
-// NodeClaim's own (its NodePool template's labels, the pool and class, the single values of
+// nodeLabels are the labels the Node is born with: the node type's, its family's names of its
+// zone (a CSI driver's topology key), and over them the NodeClaim's own (its NodePool template's labels, the pool and class, the single values of
 // its requirements), which Karpenter would otherwise sync only after registration, too late
 // for an admission policy, a DaemonSet or a scheduler rule that selects on them. The labels
 // Karpenter sets to mark its own progress are left to Karpenter.
-func nodeLabels(s *claimState) map[string]string {
+func nodeLabels(s *claimState, families family.Registry) map[string]string {
 	labels := classconfig.NodeLabels(s.NodeType, s.F)
+	maps.Copy(labels, families.NodeZoneLabels(s.Class.Spec.Family, s.F.Spec.Zone))
 	if s.claim == nil {
 		return labels
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/cloudprovider"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
+	"github.com/fulfiller-sh/fulfiller/internal/family"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 )
 
@@ -254,6 +255,52 @@ func TestBootstrapNodeBornWithClaimLabels(t *testing.T) {
 	for _, k := range []string{"node-role.kubernetes.io/infra", karpv1.NodeRegisteredLabelKey, karpv1.NodeInitializedLabelKey} {
 		if _, ok := got[k]; ok {
 			t.Errorf("--node-labels carries %s: %v", k, got)
+		}
+	}
+}
+
+// zonedFamily names its nodes' zone by one more label, as Hetzner Cloud's CSI driver does.
+type zonedFamily struct{}
+
+func (zonedFamily) Name() string         { return "zoned" }
+func (zonedFamily) ZoneLabels() []string { return []string{"csi.example.com/location"} }
+
+// A Node of a family with ZoneLabels is born with them, valued with its zone; a Node of
+// another family is not.
+func TestBootstrapNodeBornWithZoneLabels(t *testing.T) {
+	families, err := family.NewRegistry(zonedFamily{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		family, want string
+	}{{"zoned", "nbg1"}, {"", ""}} {
+		ctx := context.Background()
+		clk := clocktesting.NewFakeClock(time.Now())
+		nc := test.TwoTypeClass()
+		nc.Spec.Family = tc.family
+		nt := &nc.Spec.NodeTypes[0]
+		kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(clusterCA(t)).Build()
+		stage := &bootstrapStage{kube: kube, apiReader: kube, clock: clk, namespace: "fulfiller", serverVersion: testServerVersion,
+			unavailable: cloudprovider.NewUnavailableOfferings(clk, time.Minute), families: families}
+		f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
+			Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "nbg1", CapacityType: "on-demand", ProviderID: "sim://claim"}}
+		s := &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}}
+		s.Conds = f.StatusConditions(status.WithClock(clk))
+		if _, err := stage.reconcile(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		ud := &corev1.Secret{}
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: "fulfiller", Name: s.F.Status.UserDataSecret}, ud); err != nil {
+			t.Fatal(err)
+		}
+		jc, err := bootstrap.ParseUserData(ud.Data[classconfig.UserDataKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := jc.NodeRegistration.Arg("node-labels")
+		if got := bootstrap.ParseNodeLabels(v)["csi.example.com/location"]; got != tc.want {
+			t.Errorf("family %q: --node-labels csi.example.com/location=%q, want %q (%s)", tc.family, got, tc.want, v)
 		}
 	}
 }

@@ -100,7 +100,7 @@ func NewController(o Options) *Controller {
 		claimInventory.source.Store(&inventorySource{kube: o.Kube, clock: o.Clock})
 	}
 	c.stages = []stage{
-		&bootstrapStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock, unavailable: o.Unavailable, namespace: o.Namespace, serverVersion: o.ServerVersion},
+		&bootstrapStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock, unavailable: o.Unavailable, namespace: o.Namespace, serverVersion: o.ServerVersion, families: o.Families},
 		&tokenStage{kube: o.Kube, apiReader: o.APIReader, clock: o.Clock},
 		&applyStage{runs: apply, clock: o.Clock},
 		&machineStage{runs: runs, apiReader: o.APIReader, families: o.Families, namespace: o.Namespace, cluster: o.ClusterName},
