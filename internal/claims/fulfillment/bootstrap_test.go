@@ -210,7 +210,6 @@ func TestBootstrapProviderIDAndReservations(t *testing.T) {
 // Karpenter to sync them; the labels NodeRestriction refuses, and Karpenter's own progress
 // labels, are left out.
 func TestBootstrapNodeBornWithClaimLabels(t *testing.T) {
-	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Now())
 	nc := test.TwoTypeClass()
 	nt := &nc.Spec.NodeTypes[0]
@@ -226,21 +225,7 @@ func TestBootstrapNodeBornWithClaimLabels(t *testing.T) {
 		karpv1.NodeRegisteredLabelKey:   "true",
 		karpv1.NodeInitializedLabelKey:  "true",
 	}}}
-	s := &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}, claim: claim}
-	s.Conds = f.StatusConditions(status.WithClock(clk))
-	if _, err := stage.reconcile(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	ud := &corev1.Secret{}
-	if err := kube.Get(ctx, client.ObjectKey{Namespace: "fulfiller", Name: s.F.Status.UserDataSecret}, ud); err != nil {
-		t.Fatal(err)
-	}
-	jc, err := bootstrap.ParseUserData(ud.Data[classconfig.UserDataKey])
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := jc.NodeRegistration.Arg("node-labels")
-	got := bootstrap.ParseNodeLabels(v)
+	got := renderedNodeLabels(t, stage, &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}, claim: claim})
 	for k, want := range map[string]string{
 		karpv1.NodePoolLabelKey:        "general",
 		"example.com/team":             "payments",
@@ -259,6 +244,27 @@ func TestBootstrapNodeBornWithClaimLabels(t *testing.T) {
 	}
 }
 
+// renderedNodeLabels runs the bootstrap stage for s and returns the --node-labels of the
+// JoinConfiguration it rendered.
+func renderedNodeLabels(t *testing.T, stage *bootstrapStage, s *claimState) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	s.Conds = s.F.StatusConditions(status.WithClock(stage.clock))
+	if _, err := stage.reconcile(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	ud := &corev1.Secret{}
+	if err := stage.kube.Get(ctx, client.ObjectKey{Namespace: stage.namespace, Name: s.F.Status.UserDataSecret}, ud); err != nil {
+		t.Fatal(err)
+	}
+	jc, err := bootstrap.ParseUserData(ud.Data[classconfig.UserDataKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := jc.NodeRegistration.Arg("node-labels")
+	return bootstrap.ParseNodeLabels(v)
+}
+
 // zonedFamily names its nodes' zone by one more label, as Hetzner Cloud's CSI driver does.
 type zonedFamily struct{}
 
@@ -275,7 +281,6 @@ func TestBootstrapNodeBornWithZoneLabels(t *testing.T) {
 	for _, tc := range []struct {
 		family, want string
 	}{{"zoned", "nbg1"}, {"", ""}} {
-		ctx := context.Background()
 		clk := clocktesting.NewFakeClock(time.Now())
 		nc := test.TwoTypeClass()
 		nc.Spec.Family = tc.family
@@ -285,22 +290,9 @@ func TestBootstrapNodeBornWithZoneLabels(t *testing.T) {
 			unavailable: cloudprovider.NewUnavailableOfferings(clk, time.Minute), families: families}
 		f := &v1alpha1.Fulfillment{ObjectMeta: metav1.ObjectMeta{Name: "claim"},
 			Spec: v1alpha1.FulfillmentSpec{NodeType: nt.Name, NodeName: "claim", Zone: "nbg1", CapacityType: "on-demand", ProviderID: "sim://claim"}}
-		s := &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}}
-		s.Conds = f.StatusConditions(status.WithClock(clk))
-		if _, err := stage.reconcile(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		ud := &corev1.Secret{}
-		if err := kube.Get(ctx, client.ObjectKey{Namespace: "fulfiller", Name: s.F.Status.UserDataSecret}, ud); err != nil {
-			t.Fatal(err)
-		}
-		jc, err := bootstrap.ParseUserData(ud.Data[classconfig.UserDataKey])
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, _ := jc.NodeRegistration.Arg("node-labels")
-		if got := bootstrap.ParseNodeLabels(v)["csi.example.com/location"]; got != tc.want {
-			t.Errorf("family %q: --node-labels csi.example.com/location=%q, want %q (%s)", tc.family, got, tc.want, v)
+		got := renderedNodeLabels(t, stage, &claimState{Claim: run.Claim{F: f, Class: nc, NodeType: nt}})
+		if got["csi.example.com/location"] != tc.want {
+			t.Errorf("family %q: --node-labels csi.example.com/location=%q, want %q (%v)", tc.family, got["csi.example.com/location"], tc.want, got)
 		}
 	}
 }
