@@ -68,12 +68,8 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 	// The development binary: the environment's controller; its local executor starts the
 	// runner binary beside it, and modules/sim and the stand-ins the machine binary.
-	bin := filepath.Join(tmp, "fulfiller-dev")
-	env.bin = bin
-	build := exec.Command("go", "build", "-o", tmp+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner", "./cmd/fulfiller-sim")
-	build.Dir, build.Stdout, build.Stderr = env.root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building fulfiller-dev:", err)
+	if env.bin, err = devenv.BuildDevBinaries(env.root, tmp); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	if env.kubectl, err = testenv.Tool("kubectl"); err != nil {
@@ -82,18 +78,15 @@ func run(m *testing.M) int {
 	}
 	env.dir = filepath.Join(tmp, "env")
 	env.executor = cmp.Or(os.Getenv("E2E_EXECUTOR"), devenv.ExecutorJob)
-	up := exec.Command(bin, "dev", "up", "--dir", env.dir, "--executor", env.executor)
-	up.Stdout, up.Stderr = os.Stderr, os.Stderr
-	if err := up.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "dev up:", err)
+	down, err := devenv.UpWith(env.bin, env.dir, env.executor)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		dumpLogs()
 		return 1
 	}
 	defer func() {
-		down := exec.Command(bin, "dev", "down", "--dir", env.dir)
-		down.Stdout, down.Stderr = os.Stderr, os.Stderr
-		if err := down.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "dev down:", err)
+		if err := down(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
 	if env.kube, err = devenv.Client(env.dir); err != nil {

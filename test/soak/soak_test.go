@@ -61,26 +61,21 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "fulfiller-dev")
-	build := exec.Command("go", "build", "-o", tmp+"/", "./cmd/fulfiller-dev", "./cmd/fulfiller-runner", "./cmd/fulfiller-sim")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building fulfiller-dev:", err)
+	bin, err := devenv.BuildDevBinaries(root, tmp)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	env.dir = filepath.Join(tmp, "env")
-	up := exec.Command(bin, "dev", "up", "--dir", env.dir, "--executor", devenv.ExecutorJob)
-	up.Stdout, up.Stderr = os.Stderr, os.Stderr
-	if err := up.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "dev up:", err)
+	down, err := devenv.UpWith(bin, env.dir, devenv.ExecutorJob)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		dumpLogs()
 		return 1
 	}
 	defer func() {
-		down := exec.Command(bin, "dev", "down", "--dir", env.dir)
-		down.Stdout, down.Stderr = os.Stderr, os.Stderr
-		if err := down.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "dev down:", err)
+		if err := down(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
 	if env.kube, err = devenv.Client(env.dir); err != nil {
