@@ -57,6 +57,11 @@ const RetryBackoff = 100 * time.Millisecond
 // scenario is seen soon.
 const ModuleRefresh = 10 * time.Second
 
+// RepairToleration is the controller's FULFILLER_REPAIR_TOLERATION here, with Karpenter's
+// NodeRepair feature gate on: a Node NotReady or Unknown for 30 s instead of 30 minutes is
+// replaced, so that a scenario can show a repair.
+const RepairToleration = 30 * time.Second
+
 // Layout of an environment folder.
 type Layout struct{ Dir string }
 
@@ -316,6 +321,8 @@ func (c *controller) start() error {
 		"FULFILLER_ORPHAN_GRACE="+OrphanGrace.String(),
 		"FULFILLER_RETRY_BACKOFF="+RetryBackoff.String(),
 		"FULFILLER_MODULE_REFRESH_INTERVAL="+ModuleRefresh.String(),
+		"FULFILLER_REPAIR_TOLERATION="+RepairToleration.String(),
+		"FEATURE_GATES=NodeRepair=true",
 		"FULFILLER_STATE_NAMESPACE="+StateNamespace,
 		"FULFILLER_RUNS_DIR="+c.layout.Runs(),
 		"FULFILLER_TOFU="+tofu,
