@@ -135,7 +135,12 @@ func TestServerLifecycle(t *testing.T) {
 	if !ok || string(held.UserData) != userData || held.Labels["karpenter.sh/nodepool"] != "default" || held.ServerType != "cx23" {
 		t.Errorf("stand-in holds %+v", held)
 	}
-	if got := m.booted[srv.ID]; string(got.UserData) != userData || got.Name != "node-a" || got.MetadataURL != s.MetadataURL(srv.ID) ||
+	// The start action finishes as the machine powers on: its boot may come a moment later.
+	got := m.machine(srv.ID)
+	for deadline := time.Now().Add(5 * time.Second); got.ServerID == 0 && time.Now().Before(deadline); got = m.machine(srv.ID) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if string(got.UserData) != userData || got.Name != "node-a" || got.MetadataURL != s.MetadataURL(srv.ID) ||
 		got.PublicIPv4 != srv.PublicNet.IPv4.IP.String() || got.ServerType.Cores != 2 {
 		t.Errorf("machine booted with %+v", got)
 	}
