@@ -85,20 +85,21 @@ func TestKilledRunnerLockIsRecovered(t *testing.T) {
 	if f.Status.LockHolder != nil {
 		t.Errorf("lock holder still shown: %+v", f.Status.LockHolder)
 	}
-	// The lock was released by the fulfiller, not by anyone else, and said so.
-	events := &corev1.EventList{}
-	if err := env.kube.List(ctx, events, client.MatchingFields{"involvedObject.name": f.Name}); err != nil {
-		t.Fatal(err)
-	}
-	recovered := false
-	for _, e := range events.Items {
-		if e.Reason == "StaleLockRecovered" && strings.Contains(e.Message, holder.ID) {
-			recovered = true
+	// The lock was released by the fulfiller, not by anyone else, and said so. Events are
+	// recorded after the status write that they follow, and reach the API server
+	// asynchronously: the run's end may be seen before its event.
+	eventually(t, ctx, time.Minute, "a StaleLockRecovered event naming lock "+holder.ID, func(ctx context.Context) (bool, error) {
+		events := &corev1.EventList{}
+		if err := env.kube.List(ctx, events, client.MatchingFields{"involvedObject.name": f.Name}); err != nil {
+			return false, err
 		}
-	}
-	if !recovered {
-		t.Errorf("no StaleLockRecovered event naming lock %s among %d events of %s", holder.ID, len(events.Items), f.Name)
-	}
+		for _, e := range events.Items {
+			if e.Reason == "StaleLockRecovered" && strings.Contains(e.Message, holder.ID) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	// Exactly one machine: one simulated server and one Node for the claim.
 	machines, err := os.ReadDir(env.vars["SIM_DIR"])
 	if err != nil {
