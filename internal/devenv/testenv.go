@@ -41,3 +41,16 @@ func UpWith(bin, dir, executor string) (down func() error, err error) {
 		return nil
 	}, nil
 }
+
+// DumpLogs prints the tails of the environment's own log and its controller's log to this
+// process's stderr, for a failed suite.
+func DumpLogs(dir string) {
+	l := Layout{Dir: dir}
+	for _, f := range []string{l.Log(), l.ControllerLog()} {
+		data, _ := os.ReadFile(f)
+		if len(data) > 6000 {
+			data = data[len(data)-6000:]
+		}
+		fmt.Fprintf(os.Stderr, "---- %s (tail) ----\n%s\n", filepath.Base(f), data)
+	}
+}

@@ -118,15 +118,7 @@ func run(m *testing.M) int {
 	return code
 }
 
-func dumpLogs() {
-	for _, f := range []string{"dev.log", "controller.log"} {
-		data, _ := os.ReadFile(filepath.Join(env.dir, f))
-		if len(data) > 6000 {
-			data = data[len(data)-6000:]
-		}
-		fmt.Fprintf(os.Stderr, "---- %s (tail) ----\n%s\n", f, data)
-	}
-}
+func dumpLogs() { devenv.DumpLogs(env.dir) }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -105,15 +105,7 @@ func run(m *testing.M) int {
 	return code
 }
 
-func dumpLogs() {
-	for _, f := range []string{"dev.log", "controller.log"} {
-		data, _ := os.ReadFile(filepath.Join(env.dir, f))
-		if len(data) > 6000 {
-			data = data[len(data)-6000:]
-		}
-		fmt.Fprintf(os.Stderr, "---- %s (tail) ----\n%s\n", f, data)
-	}
-}
+func dumpLogs() { devenv.DumpLogs(env.dir) }
 
 // The soak's pools: a class, a NodePool and a Deployment of each name.
 var pools = []string{"soak-a", "soak-b"}
