@@ -34,7 +34,7 @@
 #
 # Knobs: K8S_VERSION ETCD_VERSION TOFU_VERSION HELM_VERSION CONTROLLER_GEN_VERSION
 # HCLOUD_PROVIDER_VERSION KUBECTL_PROVIDER_VERSION KARPENTER_VERSION KWOK_VERSION CRD_REF_DOCS_VERSION
-# GOLANGCI_LINT_VERSION FULFILLER_CACHE TOOLS TOOLS_ARCH.
+# GOLANGCI_LINT_VERSION FULFILLER_CACHE TOOLS TOOLS_ARCH TOOLS_JOBS.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -50,7 +50,7 @@ KUBECTL_PROVIDER_VERSION=${KUBECTL_PROVIDER_VERSION:-1.19.0}
 KARPENTER_VERSION=${KARPENTER_VERSION:-1.15.0}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 FULFILLER_CACHE=${FULFILLER_CACHE:-$HOME/.cache/fulfiller}
-TOOLS=${TOOLS:-"tofu etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm helm controller-gen crd-ref-docs golangci-lint provider-hcloud provider-kubectl"}
+TOOLS=${TOOLS:-"kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm tofu provider-kubectl helm golangci-lint provider-hcloud etcd controller-gen crd-ref-docs"}
 
 export GOWORK=off CGO_ENABLED=0
 unset GOFLAGS
@@ -76,8 +76,7 @@ mkdir -p "$root" "$src" "$bin" "$providers"
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
-current_tool=""
-trap 'rc=$?; rm -f "$root"/*.tmp.$$ "$root"/*.tmp.$$.*; if [ $rc -ne 0 ] && [ -n "$current_tool" ]; then log "FAILED (exit $rc) while building $current_tool (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION, crd-ref-docs $CRD_REF_DOCS_VERSION, golangci-lint $GOLANGCI_LINT_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION)"; fi' EXIT
+trap 'rm -f "$root"/*.tmp.$$ "$root"/*.tmp.$$.*' EXIT
 
 version_of() {
   case $1 in
@@ -109,9 +108,9 @@ writable_copy() {
   if [ ! -f "$dest/.complete" ]; then
     rm -rf "$dest"
     mkdir -p "$(dirname "$dest")"
-    cp -r "$dir" "$dest.tmp"
-    chmod -R u+w "$dest.tmp"
-    mv "$dest.tmp" "$dest"
+    cp -r "$dir" "$dest.tmp.$$"
+    chmod -R u+w "$dest.tmp.$$"
+    mv "$dest.tmp.$$" "$dest"
     touch "$dest/.complete"
   fi
   printf '%s\n' "$dest"
@@ -253,44 +252,56 @@ mirror_provider() {
   ln -sfn "$root/$1-$version" "$dir/terraform-provider-${3}_v$version"
 }
 
-total_start=$SECONDS
-for tool in $TOOLS; do
+# build_one TOOL: builds TOOL unless its version is cached, checks that it runs (or, for
+# another architecture, what it was built for), and links it into bin (or the mirror). The
+# build's own output goes to $root/logs/TOOL.log, printed if the build fails.
+build_one() {
+  local tool=$1 version out tmp start buildlog said
   version=$(version_of "$tool")
   out=$root/$tool-$version
   if [ -x "$out" ]; then
     log "$tool $version cached"
   else
-    current_tool="$tool $version"
     log "building $tool $version"
     start=$SECONDS
     tmp=$out.tmp.$$
-    case $tool in
-      tofu) build_tofu "$tmp" ;;
-      etcd) build_etcd "$tmp" ;;
-      helm) build_helm "$tmp" ;;
-      controller-gen) build_controller_gen "$tmp" ;;
-      crd-ref-docs) build_crd_ref_docs "$tmp" ;;
-      golangci-lint) build_golangci_lint "$tmp" ;;
-      provider-hcloud) build_provider_hcloud "$tmp" ;;
-      provider-kubectl) build_provider_kubectl "$tmp" ;;
-      karpenter-kwok) build_karpenter_kwok "$tmp" ;;
-      kwok) build_kwok "$tmp" ;;
-      *) build_k8s "$tmp" "$tool" ;;
-    esac
+    buildlog=$root/logs/$tool.log
+    mkdir -p "$root/logs"
+    # In the background and waited for, so that errexit holds inside the build (it would not
+    # in a subshell that is itself a condition).
+    (
+      case $tool in
+        tofu) build_tofu "$tmp" ;;
+        etcd) build_etcd "$tmp" ;;
+        helm) build_helm "$tmp" ;;
+        controller-gen) build_controller_gen "$tmp" ;;
+        crd-ref-docs) build_crd_ref_docs "$tmp" ;;
+        golangci-lint) build_golangci_lint "$tmp" ;;
+        provider-hcloud) build_provider_hcloud "$tmp" ;;
+        provider-kubectl) build_provider_kubectl "$tmp" ;;
+        karpenter-kwok) build_karpenter_kwok "$tmp" ;;
+        kwok) build_kwok "$tmp" ;;
+        *) build_k8s "$tmp" "$tool" ;;
+      esac
+    ) >"$buildlog" 2>&1 &
+    if ! wait $!; then
+      cat "$buildlog" >&2
+      log "FAILED while building $tool $version (k8s $K8S_VERSION, etcd $ETCD_VERSION, tofu $TOFU_VERSION, helm $HELM_VERSION, controller-gen $CONTROLLER_GEN_VERSION, crd-ref-docs $CRD_REF_DOCS_VERSION, golangci-lint $GOLANGCI_LINT_VERSION, karpenter $KARPENTER_VERSION, kwok $KWOK_VERSION; log: $buildlog)"
+      return 1
+    fi
     if [ "$arch" != "$host_arch" ]; then
       # A binary of another architecture cannot run here: check what its build info says.
-      go version -m "$tmp" | grep -q "GOARCH=$arch\$" || { log "$tool $version was not built for $arch"; exit 1; }
+      go version -m "$tmp" | grep -q "GOARCH=$arch\$" || { log "$tool $version was not built for $arch"; return 1; }
     else case $tool in
       # A plugin only answers its host's handshake; run alone, it says so and exits 1.
-      provider-*) said=$("$tmp" 2>&1 || true); grep -q "plugin" <<<"$said" || { log "$tool $version was built but does not run"; exit 1; } ;;
+      provider-*) said=$("$tmp" 2>&1 || true); grep -q "plugin" <<<"$said" || { log "$tool $version was built but does not run"; return 1; } ;;
       # An operator: without a cluster it can only show its flags.
-      karpenter-kwok) said=$("$tmp" --help 2>&1 || true); grep -q -- "-instance-types-file-path" <<<"$said" || { log "$tool $version was built but does not run"; exit 1; } ;;
+      karpenter-kwok) said=$("$tmp" --help 2>&1 || true); grep -q -- "-instance-types-file-path" <<<"$said" || { log "$tool $version was built but does not run"; return 1; } ;;
       *) "$tmp" version --client >/dev/null 2>&1 || "$tmp" version >/dev/null 2>&1 || "$tmp" --version >/dev/null 2>&1 ||
-        { log "$tool $version was built but does not run"; exit 1; } ;;
+        { log "$tool $version was built but does not run"; return 1; } ;;
     esac; fi
     if [ -f "$tmp.stages.yaml" ]; then mv "$tmp.stages.yaml" "$out.stages.yaml"; fi
     mv "$tmp" "$out"
-    current_tool=""
     log "built $tool $version for $arch in $((SECONDS - start))s"
   fi
   case $tool in
@@ -299,7 +310,45 @@ for tool in $TOOLS; do
     kwok) ln -sfn "../$tool-$version" "$bin/$tool" && ln -sfn "../$tool-$version.stages.yaml" "$bin/kwok-stages.yaml" ;;
     *) ln -sfn "../$tool-$version" "$bin/$tool" ;;
   esac
+}
+
+# build_lane TOOL...: builds tools one after another, in the background (errexit stops it
+# at the first failure).
+build_lane() {
+  local tool
+  for tool in "$@"; do build_one "$tool"; done
+}
+
+# The tools build in lanes, TOOLS_JOBS (default 2) at a time: a build waits on the module
+# proxy and links on one core for much of its time, which another build fills. The Kubernetes
+# tools share one lane, in order, because they compile the same packages of one source tree
+# (the second finds them in the build cache); every other tool is a lane of its own, and the
+# longest lanes start first.
+k8s_lane=() lanes=()
+for tool in $TOOLS; do
+  version_of "$tool" >/dev/null
+  case $tool in
+    kube-*|kubectl|kubeadm) k8s_lane+=("$tool") ;;
+    *) lanes+=("$tool") ;;
+  esac
 done
+if [ ${#k8s_lane[@]} -gt 0 ]; then lanes=("${k8s_lane[*]}" "${lanes[@]}"); fi
+
+total_start=$SECONDS
+jobs_max=${TOOLS_JOBS:-2}
+[[ $jobs_max =~ ^[1-9][0-9]*$ ]] || { log "TOOLS_JOBS=$jobs_max: want a number of builds at a time, 1 or more"; exit 2; }
+failed=0
+for lane in "${lanes[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || failed=1; done
+  [ $failed -eq 0 ] || break
+  # shellcheck disable=SC2086 # a lane is a list of tool names
+  build_lane $lane &
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+if [ $failed -ne 0 ]; then
+  log "a tool failed to build (see above); the tools that were built are cached"
+  exit 1
+fi
 
 # The CLI configuration that installs providers from the mirror only: no registry, no network,
 # no writable plugin cache shared between parallel `tofu init`s.
