@@ -217,7 +217,8 @@ func (c *Controller) gather(ctx context.Context, f *v1alpha1.Fulfillment) (*clai
 }
 
 // finish runs the stages in order, then writes the status once and publishes the events of
-// what changed.
+// what changed; the events of what was done outside the status (s.Done) are published
+// whatever becomes of the write.
 func (c *Controller) finish(ctx context.Context, s *claimState, orig *v1alpha1.Fulfillment, stages []stage) (reconcile.Result, error) {
 	var result reconcile.Result
 	var errs []error
@@ -228,6 +229,7 @@ func (c *Controller) finish(ctx context.Context, s *claimState, orig *v1alpha1.F
 		}
 		result = mergeResults(result, r)
 	}
+	defer func() { c.recorder.Publish(classconfig.ShortenEvents(s.Done)...) }()
 	classconfig.ShortenConditions(s.F.Status.Conditions)
 	s.F.Status.Phase, s.F.Status.Reason, s.F.Status.Message = phase(s.F)
 	if !equality.Semantic.DeepEqual(orig.Status, s.F.Status) {

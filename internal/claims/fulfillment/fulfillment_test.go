@@ -5,8 +5,11 @@ package fulfillment
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
@@ -16,6 +19,7 @@ import (
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/fulfillment/run"
 	"github.com/fulfiller-sh/fulfiller/internal/keys"
+	"github.com/fulfiller-sh/fulfiller/internal/statelock"
 	"github.com/fulfiller-sh/fulfiller/internal/test"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner"
 	"github.com/fulfiller-sh/fulfiller/internal/tfrunner/executor"
@@ -334,6 +338,36 @@ func TestReconcile(t *testing.T) {
 			if starts != 2 {
 				t.Errorf("%d starts of the run, want 2 (the second one idempotent)", starts)
 			}
+		}},
+		{"a stale state lock released in a reconcile whose status write conflicts is announced, once", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
+			e.exec.Script(name+"-apply-1", fake.Fails(tfrunner.Transient, "runner exited with code 137 (Error) without a result"))
+			e.create(claim)
+			e.reconcile(name)
+			e.reconcile(name)
+			e.expectRuns(name, name+"-apply-1=Failed")
+			// The killed runner left its lock (the kubernetes backend's Lease, as tofu writes it).
+			key := statelock.Key(e.fulfillment(name).Spec.StateKey)
+			id := "0b1e5a6c-1111-2222-3333-444455556666"
+			test.ExpectApplied(t, e.kube, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: key.LeaseName(), Annotations: map[string]string{
+					"app.terraform.io/lock-info": `{"ID":"` + id + `","Who":"root@` + name + `-apply-1","Operation":"OperationTypeApply"}`}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &id},
+			})
+			e.clock.Step(5 * time.Second) // the backoff of the failed apply
+			e.events.Reset()
+			e.conflicts = 1
+			e.reconcile(name)
+			if h, err := statelock.LockHolder(e.ctx, e.kube, testNamespace, key); err != nil || h != nil {
+				t.Fatalf("the stale lock is still held: %+v, %v", h, err)
+			}
+			if evs := e.events.Events(); len(evs) == 1 && !strings.Contains(evs[0].Message, id) {
+				t.Errorf("the event does not name the lock: %q", evs[0].Message)
+			}
+			e.expectEvents(v1alpha1.ReasonStaleLockRecovered)
+			// The next reconcile finds the lock free: the run starts, with no second release.
+			e.reconcile(name)
+			e.expectRuns(name, name+"-apply-1=Failed", name+"-apply-2=Running")
+			e.expectEvents(v1alpha1.ReasonApplyStarted)
 		}},
 		{"a Fulfillment whose claim vanished is kept a moment, then destroyed", func(t *testing.T, e *env, claim *karpv1.NodeClaim) {
 			test.ExpectApplied(t, e.kube, test.Fulfillment(claim, e.clock.Now()))

@@ -86,7 +86,7 @@ func (r *Runs) acquireLockFor(ctx context.Context, c *Claim) (string, error) {
 			return "", err
 		}
 		statelock.StaleLockRecoveries.WithLabelValues(c.F.Spec.NodeClass).Inc()
-		c.Events = append(c.Events, staleLockRecoveredEvent(c.F, holder.ID, a.Detail))
+		c.Done = append(c.Done, staleLockRecoveredEvent(c.F, holder.ID, a.Detail))
 		log.FromContext(ctx).Info("released a stale state lock", "lock", holder.ID, "who", holder.Who, "detail", a.Detail)
 		c.F.Status.LockHolder = nil
 		return "", nil

@@ -39,6 +39,10 @@ type Claim struct {
 	Conds    status.ConditionSet
 	// Events to publish after the status is written.
 	Events []events.Event
+	// Done are events of what was done outside the status and cannot be undone (a released
+	// state lock): published whatever becomes of the status write, since after a conflict
+	// the next reconcile starts from what was done and never sees it happen again.
+	Done []events.Event
 	// Replace asks Karpenter to replace the claim; done only after the status that says why
 	// is written.
 	Replace bool
