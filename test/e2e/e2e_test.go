@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,6 +59,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if flagValue("test.list") != "" {
+		return m.Run() // listing the tests needs no environment
+	}
 	_, file, _, _ := runtime.Caller(0)
 	env.root = filepath.Join(filepath.Dir(file), "..", "..")
 	tmp, err := os.MkdirTemp("", "fulfiller-e2e-")
@@ -66,11 +71,29 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	// The development binary: the environment's controller; its local executor starts the
-	// runner binary beside it, and modules/sim and the stand-ins the machine binary.
-	if env.bin, err = devenv.BuildDevBinaries(env.root, tmp); err != nil {
+	shards, err := shardCount()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	var names []string
+	if shards > 1 {
+		if names, err = listTests(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	// The development binary: the environment's controller; its local executor starts the
+	// runner binary beside it, and modules/sim and the stand-ins the machine binary. Copies
+	// of this binary (shards_test.go) are given the one built here.
+	if env.bin = os.Getenv(devBinEnv); env.bin == "" {
+		if env.bin, err = devenv.BuildDevBinaries(env.root, tmp); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if len(names) > 1 {
+		return runShards(env.bin, deal(names, shards))
 	}
 	if env.kubectl, err = testenv.Tool("kubectl"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
