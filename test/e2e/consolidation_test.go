@@ -109,7 +109,8 @@ func waitBlocked(t *testing.T, ctx context.Context, claim, why string) corev1.Ev
 // with a workload of 3 pods on one large node that shrinks to 1 pod, which fits the small
 // type. In one pool a pod's karpenter.sh/do-not-disrupt annotation keeps the node; in the
 // other a PodDisruptionBudget that allows no disruption holds the consolidation, each with
-// Karpenter's DisruptionBlocked event. Once the budget allows one pod unavailable, Karpenter
+// Karpenter's DisruptionBlocked event, and a consolidation pass of Karpenter's after both are
+// Consolidatable finds neither eligible. Once the budget allows one pod unavailable, Karpenter
 // replaces that node with a small one (the replacement launched before the old claim is
 // deleted, the pod moved) instead of only deleting it, and the fulfiller destroys the old
 // machine and removes its state; the do-not-disrupt node is still there after that.
@@ -179,6 +180,21 @@ func TestConsolidationReplacesWithCheaper(t *testing.T) {
 		keepEvent.Message, keepClaim.Name, pdbEvent.Message, oldClaim.Name,
 		keepEvent.FirstTimestamp.Sub(keepClaim.CreationTimestamp.Time).Round(time.Second),
 		pdbEvent.FirstTimestamp.Sub(oldClaim.CreationTimestamp.Time).Round(time.Second), time.Since(shrunk).Round(time.Second))
+	// A whole consolidation pass of Karpenter's after both claims were Consolidatable found
+	// neither eligible. Its disruption loop runs the methods one after the other, about every
+	// 10 s; each evaluation is counted when it ends, so the second one counted from here began
+	// after this point.
+	passes := func() float64 {
+		v, _ := sumOf(scrape(t), "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count", `consolidation_type="single"`)
+		return v
+	}
+	counted := passes()
+	eventually(t, ctx, time.Minute, "two more single-node consolidation evaluations of Karpenter's", func(context.Context) (bool, error) {
+		return passes() >= counted+2, nil
+	})
+	if v, n := sumOf(scrape(t), "karpenter_voluntary_disruption_eligible_nodes", `reason="underutilized"`); n != 1 || v != 0 {
+		t.Errorf("Karpenter counts %v nodes (%d series) eligible for consolidation, want 0 while both are held", v, n)
+	}
 	w.read(t, func() {
 		if !held.disrupted.IsZero() || held.replaced != "" {
 			t.Fatalf("nodeclaim %s was disrupted (%v) or replaced (%q) while its PodDisruptionBudget allowed no disruption", oldClaim.Name, held.disrupted, held.replaced)
