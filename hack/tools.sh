@@ -269,19 +269,12 @@ build_one() {
     mkdir -p "$root/logs"
     # In the background and waited for, so that errexit holds inside the build (it would not
     # in a subshell that is itself a condition).
+    # Each tool has its build_<tool> function (dashes as underscores); the Kubernetes tools
+    # share build_k8s.
     (
       case $tool in
-        tofu) build_tofu "$tmp" ;;
-        etcd) build_etcd "$tmp" ;;
-        helm) build_helm "$tmp" ;;
-        controller-gen) build_controller_gen "$tmp" ;;
-        crd-ref-docs) build_crd_ref_docs "$tmp" ;;
-        golangci-lint) build_golangci_lint "$tmp" ;;
-        provider-hcloud) build_provider_hcloud "$tmp" ;;
-        provider-kubectl) build_provider_kubectl "$tmp" ;;
-        karpenter-kwok) build_karpenter_kwok "$tmp" ;;
-        kwok) build_kwok "$tmp" ;;
-        *) build_k8s "$tmp" "$tool" ;;
+        kube-*|kubectl|kubeadm) build_k8s "$tmp" "$tool" ;;
+        *) "build_${tool//-/_}" "$tmp" ;;
       esac
     ) >"$buildlog" 2>&1 &
     if ! wait $!; then
