@@ -252,7 +252,7 @@ func TestLimitNodesHoldsPending(t *testing.T) {
 		pending = unbound[0]
 		return true
 	})
-	t.Logf("1 node and 1 pod Ready, %s Pending %s after the scale to 2", time.Since(scaledUp).Round(time.Second), pending)
+	t.Logf("1 node and 1 pod Ready, %s Pending %s after the scale to 2", pending, time.Since(scaledUp).Round(time.Second))
 
 	// The kube-scheduler's FailedScheduling events on the pod do not start so.
 	ev := waitEvent(t, ctx, 2*time.Minute, pending, "FailedScheduling", func(e *corev1.Event) bool {
