@@ -146,9 +146,15 @@ func TestControllerInImage(t *testing.T) {
 	if code, body, err := get(healthPort, "/healthz"); err != nil || code != http.StatusOK {
 		t.Errorf("/healthz: %d %v %s", code, err, body)
 	}
-	code, body, err := get(metricsPort, "/metrics")
-	if err != nil || code != http.StatusOK || !strings.Contains(body, "controller_runtime_reconcile_total") {
-		t.Errorf("/metrics: %d %v, want controller-runtime's metrics (%d bytes)", code, err, len(body))
+	// /readyz turns ready once the CRDs are there; the controllers, and with them
+	// controller-runtime's reconcile counters, start after the informers' caches sync.
+	err = wait.PollUntilContextCancel(pctx, 500*time.Millisecond, true, func(context.Context) (bool, error) {
+		code, body, err := get(metricsPort, "/metrics")
+		last = fmt.Sprintf("%d %v (%d bytes)", code, err, len(body))
+		return err == nil && code == http.StatusOK && strings.Contains(body, "controller_runtime_reconcile_total"), nil
+	})
+	if err != nil {
+		t.Errorf("/metrics never showed controller-runtime's reconcile counters (last: %s): %v\ncontroller log:\n%s", last, err, tailOf(log.String(), 6000))
 	}
 }
 
