@@ -195,6 +195,9 @@ const (
 	// ReasonLeasedMachineUnfit: the claim holds a pool machine (leased by an earlier Create
 	// whose record was not written) of a node type that no longer fits it.
 	ReasonLeasedMachineUnfit = "LeasedMachineUnfit"
+	// ReasonOverlaysNotEvaluated: Karpenter has not evaluated the NodeOverlays of the claim's
+	// NodePool yet (NodeOverlay gate on); Karpenter calls Create again.
+	ReasonOverlaysNotEvaluated = "OverlaysNotEvaluated"
 )
 
 // Phases of a Fulfillment (status.phase): display values derived from the conditions; logic

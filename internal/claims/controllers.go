@@ -79,6 +79,9 @@ type Options struct {
 	// RepairToleration is how long a Node may be NotReady or Unknown before the repair
 	// policies replace it (cloudprovider.Options.RepairToleration).
 	RepairToleration time.Duration
+	// Overlays are Karpenter's NodeOverlays (the operator's InstanceTypeStore), which Create
+	// ranks a claim's offerings by (cloudprovider.Options.Overlays).
+	Overlays cloudprovider.Overlays
 }
 
 // withDefaults is o with the state namespace resolved: the one place it is defaulted.
@@ -91,7 +94,7 @@ func (o Options) withDefaults() Options {
 func NewCloudProvider(o Options) *cloudprovider.CloudProvider {
 	o = o.withDefaults()
 	return cloudprovider.New(cloudprovider.Options{Kube: o.Kube, APIReader: o.APIReader, Clock: o.Clock, Unavailable: o.Unavailable,
-		StateNamespace: o.StateNamespace, Families: o.Families, RepairToleration: o.RepairToleration})
+		StateNamespace: o.StateNamespace, Families: o.Families, RepairToleration: o.RepairToleration, Overlays: o.Overlays})
 }
 
 // NewControllers are the fulfiller's controllers, in one list, to run beside Karpenter's. The

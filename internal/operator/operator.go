@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package operator assembles the controller: Karpenter core, as its kwok provider does, with
-// the fulfiller's CloudProvider (decorated once with core's metrics) and controllers.
+// the fulfiller's CloudProvider (decorated with core's metrics, then with its NodeOverlays)
+// and controllers.
 package operator
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/samber/lo"
 	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/metrics"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/overlay"
 	"sigs.k8s.io/karpenter/pkg/controllers"
 	"sigs.k8s.io/karpenter/pkg/controllers/node/health"
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
@@ -82,9 +84,14 @@ func Run(families family.Registry) {
 		ModuleRefresh:      opts.ModuleRefresh,
 		RepairToleration:   opts.RepairToleration,
 		APIBudgets:         apiBudgets,
+		Overlays:           op.InstanceTypeStore,
 	}
 	provider := claims.NewCloudProvider(o)
-	cloudProvider := metrics.Decorate(provider)
+	// Karpenter's controllers and cluster state see the instance types with the NodeOverlays
+	// applied (while the NodeOverlay gate is on); its NodeOverlay controller validates the
+	// overlays against the types as they are.
+	undecorated := metrics.Decorate(provider)
+	cloudProvider := overlay.Decorate(undecorated, op.GetClient(), op.InstanceTypeStore)
 	matcher := lo.Must(health.NewRepairPolicyMatcher(ctx, cloudProvider))
 	cluster := state.NewCluster(op.Clock, op.GetClient(), cloudProvider, state.WithRepairPolicyMatcher(matcher))
 
@@ -96,7 +103,7 @@ func Run(families family.Registry) {
 	}
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
-			cloudProvider, cloudProvider, cluster, op.InstanceTypeStore, op.PredictionStore)...).
+			cloudProvider, undecorated, cluster, op.InstanceTypeStore, op.PredictionStore)...).
 		WithControllers(ctx, ours...).
 		Start(ctx)
 }

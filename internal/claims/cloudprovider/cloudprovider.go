@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/operator/options"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
@@ -57,6 +58,18 @@ type Options struct {
 	// RepairToleration is how long a Node's Ready condition may be False or Unknown before
 	// the repair policies replace it (0: DefaultRepairToleration).
 	RepairToleration time.Duration
+	// Overlays, when set, are Karpenter's NodeOverlays (the operator's InstanceTypeStore):
+	// while the NodeOverlay gate is on, Create ranks a claim's offerings by the prices they
+	// give for the claim's NodePool.
+	Overlays Overlays
+}
+
+// Overlays give a NodePool's instance types with its NodeOverlays applied (Karpenter's
+// nodeoverlay.InstanceTypeStore): the same types in the same order, each a copy where an
+// overlay changed it, or an UnevaluatedNodePoolError while the pool's overlays have not been
+// evaluated yet.
+type Overlays interface {
+	ApplyAll(nodePool string, its []*cloudprovider.InstanceType) ([]*cloudprovider.InstanceType, error)
 }
 
 // DefaultRepairToleration is how long a Node may be NotReady before it is repaired, unless
@@ -77,6 +90,8 @@ type CloudProvider struct {
 	reader client.Reader
 	// repairToleration is the repair policies' toleration (Options.RepairToleration).
 	repairToleration time.Duration
+	// overlays are the NodeOverlays Create ranks by (Options.Overlays; nil: none).
+	overlays Overlays
 
 	// pools lease machines of the classes whose family is a finite pool (Options.Families).
 	pools *classconfig.Pools
@@ -101,7 +116,7 @@ var _ cloudprovider.CloudProvider = (*CloudProvider)(nil)
 // New builds the CloudProvider.
 func New(o Options) *CloudProvider {
 	c := &CloudProvider{kube: o.Kube, reader: o.Kube, clock: o.Clock, unavailable: o.Unavailable, stateNamespace: o.StateNamespace,
-		repairToleration: cmp.Or(o.RepairToleration, DefaultRepairToleration), families: o.Families, cache: map[types.UID]cachedTypes{}}
+		repairToleration: cmp.Or(o.RepairToleration, DefaultRepairToleration), families: o.Families, overlays: o.Overlays, cache: map[types.UID]cachedTypes{}}
 	if o.APIReader != nil {
 		c.reader = o.APIReader
 	}
@@ -218,7 +233,11 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if err != nil {
 		return nil, err
 	}
-	ch, err := chooseOffering(nc, its, claim)
+	overlaid, err := c.overlaid(ctx, claim, its)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := chooseOffering(nc, its, overlaid, claim)
 	if err != nil && len(exhausted) > 0 {
 		err = fmt.Errorf("%s: %w; the pool has no free machine of node types %s", v1alpha1.ReasonPoolExhausted, err, strings.Join(exhausted, ", "))
 	}
@@ -229,7 +248,7 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 	if err != nil {
 		return nil, err
 	}
-	if f, err = c.leaseFor(ctx, nc, claim, f, all); err != nil {
+	if f, err = c.leaseFor(ctx, nc, claim, f, all, overlaid); err != nil {
 		return nil, err
 	}
 	// The record is written before the answer: once Create has answered, Karpenter does not
@@ -250,6 +269,30 @@ func (c *CloudProvider) decide(ctx context.Context, nc *v1alpha1.TofuNodeClass, 
 		return got, nil
 	}
 	return f, nil
+}
+
+// overlaid are the claim's NodePool's instance types its as the NodePool's NodeOverlays make
+// them, by name; nil when no overlay applies (no store, the NodeOverlay gate off, or no
+// overlay selects the pool). While Karpenter has not evaluated the pool's overlays yet it is
+// a CreateError, which Karpenter retries.
+func (c *CloudProvider) overlaid(ctx context.Context, claim *karpv1.NodeClaim, its []*cloudprovider.InstanceType) (map[string]*cloudprovider.InstanceType, error) {
+	if c.overlays == nil || !options.FromContext(ctx).FeatureGates.NodeOverlay {
+		return nil, nil
+	}
+	pool := claim.Labels[karpv1.NodePoolLabelKey]
+	out, err := c.overlays.ApplyAll(pool, its)
+	if err != nil {
+		if cloudprovider.IsUnevaluatedNodePoolError(err) {
+			return nil, cloudprovider.NewCreateError(fmt.Errorf("the nodeoverlays of nodepool %s have not been evaluated yet", pool),
+				v1alpha1.ReasonOverlaysNotEvaluated, "Karpenter has not evaluated the nodepool's nodeoverlays yet")
+		}
+		return nil, fmt.Errorf("applying the nodeoverlays of nodepool %s: %w", pool, err)
+	}
+	byName := make(map[string]*cloudprovider.InstanceType, len(out))
+	for _, it := range out {
+		byName[it.Name] = it
+	}
+	return byName, nil
 }
 
 // conflictError: the claim's Fulfillment name is taken by an earlier claim's, still being

@@ -103,15 +103,25 @@ func appendUnique(list []string, v string) []string {
 // choice is the offering Create launches.
 type choice struct {
 	nodeType *v1alpha1.NodeType
+	// offering is the class's offering, at the class's price.
 	offering *cloudprovider.Offering
-	zone     string
-	capType  string
+	// rank is the price the choice was ranked by: the offering's as the NodePool's
+	// NodeOverlays make it.
+	rank    float64
+	zone    string
+	capType string
 }
 
 // chooseOffering picks the cheapest launchable offering compatible with the claim's
-// requirements among its allowed instance types. Ties break by type name, then zone, so the
-// choice is stable.
-func chooseOffering(nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceType, claim *karpv1.NodeClaim) (*choice, error) {
+// requirements among its allowed instance types. overlaid are the types as the claim's
+// NodePool's NodeOverlays make them, by name (nil: no overlay applies): prices are ranked as
+// they give them, as Karpenter's scheduler ranked them. Ties break by type name, then zone,
+// so the choice is stable.
+//
+// The claim is fit to what the machine has (fitAllocatable): the class's capacity for every
+// resource it lists; an overlay adds only resources the class does not list (Karpenter lets
+// it add extended resources, never cpu, memory, ephemeral-storage or pods).
+func chooseOffering(nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceType, overlaid map[string]*cloudprovider.InstanceType, claim *karpv1.NodeClaim) (*choice, error) {
 	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(claim.Spec.Requirements...)
 	var candidates []*choice
 	for _, it := range its {
@@ -122,12 +132,18 @@ func chooseOffering(nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceTyp
 		if !ok {
 			continue
 		}
-		if !resourcesFit(claim.Spec.Resources.Requests, it.Allocatable()) {
+		ov := overlaid[it.Name]
+		if !resourcesFit(claim.Spec.Resources.Requests, fitAllocatable(it, ov)) {
 			continue
 		}
+		prices := overlaidPrices(ov)
 		for _, o := range it.Offerings.Available().Compatible(reqs) {
+			rank, ok := prices[o.Requirements.String()]
+			if !ok {
+				rank = o.Price
+			}
 			candidates = append(candidates, &choice{
-				nodeType: nt, offering: o,
+				nodeType: nt, offering: o, rank: rank,
 				zone:    o.Requirements.Get(corev1.LabelTopologyZone).Any(),
 				capType: o.Requirements.Get(karpv1.CapacityTypeLabelKey).Any(),
 			})
@@ -138,8 +154,8 @@ func chooseOffering(nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceTyp
 	}
 	sort.Slice(candidates, func(i, j int) bool {
 		a, b := candidates[i], candidates[j]
-		if a.offering.Price != b.offering.Price {
-			return a.offering.Price < b.offering.Price
+		if a.rank != b.rank {
+			return a.rank < b.rank
 		}
 		if a.nodeType.Name != b.nodeType.Name {
 			return a.nodeType.Name < b.nodeType.Name
@@ -147,6 +163,37 @@ func chooseOffering(nc *v1alpha1.TofuNodeClass, its []*cloudprovider.InstanceTyp
 		return a.zone < b.zone
 	})
 	return candidates[0], nil
+}
+
+// overlaidPrices are an overlaid type's offering prices by the offering's requirements (how
+// Karpenter's store matches them); nil for no overlaid type.
+func overlaidPrices(ov *cloudprovider.InstanceType) map[string]float64 {
+	if ov == nil {
+		return nil
+	}
+	out := make(map[string]float64, len(ov.Offerings))
+	for _, o := range ov.Offerings {
+		out[o.Requirements.String()] = o.Price
+	}
+	return out
+}
+
+// fitAllocatable is what a claim is fit to: the class's allocatable of the type, and, of an
+// overlaid type, the resources only the overlay names (an extended resource that the
+// machine's device plugin reports and the class does not list). An overlay never raises what
+// the class says the machine has.
+func fitAllocatable(it, ov *cloudprovider.InstanceType) corev1.ResourceList {
+	own := it.Allocatable()
+	if ov == nil || !ov.IsCapacityOverlayApplied() {
+		return own
+	}
+	out := maps.Clone(own)
+	for name, q := range ov.Allocatable() {
+		if _, ok := own[name]; !ok {
+			out[name] = q
+		}
+	}
+	return out
 }
 
 func resourcesFit(requests, allocatable corev1.ResourceList) bool {

@@ -62,7 +62,7 @@ func TestChooseOffering(t *testing.T) {
 			if len(its) != 2 {
 				t.Fatalf("instanceTypes returned %d types, want every type", len(its))
 			}
-			ch, err := chooseOffering(nc, its, claimFor(tc.types, tc.cpu))
+			ch, err := chooseOffering(nc, its, nil, claimFor(tc.types, tc.cpu))
 			if tc.wantErr {
 				if err == nil {
 					t.Fatalf("chose %s/%s, want an error", ch.nodeType.Name, ch.zone)

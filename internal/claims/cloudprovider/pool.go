@@ -70,9 +70,10 @@ func withAvailability(it *cloudprovider.InstanceType, available bool) *cloudprov
 // its record) gets that machine again, and the record is rebuilt for the machine's type:
 // the retry chose another type because the claim's own machine is not free, and a record
 // of one type holding a machine of another would launch the wrong node. its are the class's
-// instance types before the pool's offers.
+// instance types before the pool's offers, overlaid those of the claim's NodePool's
+// NodeOverlays (chooseOffering).
 func (c *CloudProvider) leaseFor(ctx context.Context, nc *v1alpha1.TofuNodeClass, claim *karpv1.NodeClaim, f *v1alpha1.Fulfillment,
-	its []*cloudprovider.InstanceType) (*v1alpha1.Fulfillment, error) {
+	its []*cloudprovider.InstanceType, overlaid map[string]*cloudprovider.InstanceType) (*v1alpha1.Fulfillment, error) {
 	pool, scope, ok := c.pools.Of(nc)
 	if !ok {
 		return f, nil
@@ -87,7 +88,7 @@ func (c *CloudProvider) leaseFor(ctx context.Context, nc *v1alpha1.TofuNodeClass
 		return nil, fmt.Errorf("leasing a machine of node type %s: %w", f.Spec.NodeType, err)
 	}
 	if lease.NodeType != "" && lease.NodeType != f.Spec.NodeType {
-		if f, err = c.heldRecord(nc, claim, its, lease); err != nil {
+		if f, err = c.heldRecord(nc, claim, its, overlaid, lease); err != nil {
 			return nil, err
 		}
 	}
@@ -104,14 +105,14 @@ func (c *CloudProvider) leaseFor(ctx context.Context, nc *v1alpha1.TofuNodeClass
 // CreateError; the lease stays, as the record may exist where the cache does not show it
 // yet, and the pool keeper lets it go once the claim is gone.
 func (c *CloudProvider) heldRecord(nc *v1alpha1.TofuNodeClass, claim *karpv1.NodeClaim, its []*cloudprovider.InstanceType,
-	lease family.PoolLease) (*v1alpha1.Fulfillment, error) {
+	overlaid map[string]*cloudprovider.InstanceType, lease family.PoolLease) (*v1alpha1.Fulfillment, error) {
 	var held []*cloudprovider.InstanceType
 	for _, it := range its {
 		if it.Name == lease.NodeType {
 			held = append(held, withAvailability(it, true))
 		}
 	}
-	ch, err := chooseOffering(nc, held, claim)
+	ch, err := chooseOffering(nc, held, overlaid, claim)
 	if err != nil {
 		return nil, cloudprovider.NewCreateError(fmt.Errorf("the claim holds machine %s of node type %s: %w", lease.ProviderID, lease.NodeType, err),
 			v1alpha1.ReasonLeasedMachineUnfit, "the claim holds a pool machine of a node type that no longer fits it")
