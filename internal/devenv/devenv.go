@@ -322,7 +322,7 @@ func (c *controller) start() error {
 		"FULFILLER_RETRY_BACKOFF="+RetryBackoff.String(),
 		"FULFILLER_MODULE_REFRESH_INTERVAL="+ModuleRefresh.String(),
 		"FULFILLER_REPAIR_TOLERATION="+RepairToleration.String(),
-		"FEATURE_GATES=NodeRepair=true,StaticCapacity=true",
+		"FEATURE_GATES=NodeRepair=true,StaticCapacity=true,NodeOverlay=true",
 		"FULFILLER_STATE_NAMESPACE="+StateNamespace,
 		"FULFILLER_RUNS_DIR="+c.layout.Runs(),
 		"FULFILLER_TOFU="+tofu,
