@@ -19,8 +19,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -149,27 +151,31 @@ func Drained(ctx context.Context, c client.Client) (bool, string, error) {
 		if err := c.List(ctx, cnt.list, cnt.opts...); err != nil {
 			return false, "", err
 		}
-		if n := lenOf(cnt.list); n > 0 {
-			left = append(left, fmt.Sprintf("%d %s", n, cnt.what))
+		if names := namesOf(cnt.list); len(names) > 0 {
+			left = append(left, fmt.Sprintf("%d %s (%s)", len(names), cnt.what, abbreviate(names, 5)))
 		}
 	}
 	return len(left) == 0, strings.Join(left, ", "), nil
 }
 
-func lenOf(list client.ObjectList) int {
-	switch l := list.(type) {
-	case *karpv1.NodeClaimList:
-		return len(l.Items)
-	case *corev1.NodeList:
-		return len(l.Items)
-	case *v1alpha1.FulfillmentList:
-		return len(l.Items)
-	case *corev1.SecretList:
-		return len(l.Items)
-	case *coordinationv1.LeaseList:
-		return len(l.Items)
+// namesOf lists the names of the list's objects.
+func namesOf(list client.ObjectList) []string {
+	var names []string
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if obj, ok := o.(client.Object); ok {
+			names = append(names, obj.GetName())
+		}
+		return nil
+	})
+	return names
+}
+
+// abbreviate joins the first n names and says how many more there are.
+func abbreviate(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, " ")
 	}
-	return 0
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], " "), len(names)-n)
 }
 
 // StageRow is one claim's way from creation to a Ready node.

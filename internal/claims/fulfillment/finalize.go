@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/fulfiller-sh/fulfiller/api/v1alpha1"
 	"github.com/fulfiller-sh/fulfiller/internal/claims/classconfig"
@@ -179,24 +180,19 @@ func (d *finalizeStage) releasePool(ctx context.Context, s *claimState) error {
 	return nil
 }
 
-// removeNodes deletes the Nodes of the destroyed machine, found by its provider ID, as a cloud
-// controller manager's node lifecycle controller deletes the Node of an instance that is gone
-// (no such controller runs for these families). Karpenter usually deleted the Node already,
-// before it called Delete; a claim Karpenter no longer maps to its machine (its garbage
-// collection, a Fulfillment deleted by hand) would otherwise leave a NotReady Node for the
-// orphan collector's window. Karpenter's finalizer on the Node still lets its termination
-// controller finish: it asks Get, which now answers that the machine is gone.
+// removeNodes deletes the Nodes of the destroyed machine, as a cloud controller manager's
+// node lifecycle controller deletes the Node of an instance that is gone (no such controller
+// runs for these families). Karpenter usually deleted the Node already, before it called
+// Delete; a claim Karpenter no longer maps to its machine (its garbage collection, a
+// Fulfillment deleted by hand, a NodeClaim deleted mid-apply) would otherwise leave a NotReady
+// Node behind. Karpenter's finalizer on the Node still lets its termination controller
+// finish: it asks Get, which now answers that the machine is gone.
 func (d *finalizeStage) removeNodes(ctx context.Context, s *claimState) error {
-	providerID := s.F.Status.ProviderID
-	if providerID == "" {
-		return nil
+	nodes, err := d.machineNodes(ctx, s)
+	if err != nil {
+		return err
 	}
-	nodes := &corev1.NodeList{}
-	if err := d.kube.List(ctx, nodes, client.MatchingFields{classconfig.NodeProviderIDField: providerID}); err != nil {
-		return fmt.Errorf("listing the nodes of the destroyed machine: %w", err)
-	}
-	for i := range nodes.Items {
-		node := &nodes.Items[i]
+	for _, node := range nodes {
 		if node.DeletionTimestamp != nil {
 			continue
 		}
@@ -205,4 +201,48 @@ func (d *finalizeStage) removeNodes(ctx context.Context, s *claimState) error {
 		}
 	}
 	return nil
+}
+
+// machineNodes finds the Nodes the destroyed machine registered: by its provider ID once an
+// apply's outputs recorded it or a pool leased the machine. Without one (an apply stopped or failed after it powered the
+// machine on, before its outputs were read: its NodeClaim was deleted mid-apply), the machine
+// may still have joined under the claim's node name; that Node is the machine's when it
+// registered after the claim was made and no NodeClaim carries its provider ID, so that
+// Karpenter, which finds a claim's Nodes by the provider ID in its status, never will.
+func (d *finalizeStage) machineNodes(ctx context.Context, s *claimState) ([]*corev1.Node, error) {
+	providerID := s.F.Status.ProviderID
+	if providerID == "" {
+		providerID = s.F.Spec.ProviderID
+	}
+	if providerID != "" {
+		list := &corev1.NodeList{}
+		if err := d.kube.List(ctx, list, client.MatchingFields{classconfig.NodeProviderIDField: providerID}); err != nil {
+			return nil, fmt.Errorf("listing the nodes of the destroyed machine: %w", err)
+		}
+		nodes := make([]*corev1.Node, 0, len(list.Items))
+		for i := range list.Items {
+			nodes = append(nodes, &list.Items[i])
+		}
+		return nodes, nil
+	}
+	if s.F.Spec.NodeName == "" {
+		return nil, nil
+	}
+	node := &corev1.Node{}
+	if err := d.kube.Get(ctx, client.ObjectKey{Name: s.F.Spec.NodeName}, node); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if node.CreationTimestamp.Before(&s.F.CreationTimestamp) {
+		return nil, nil
+	}
+	if node.Spec.ProviderID != "" {
+		claims := &karpv1.NodeClaimList{}
+		if err := d.kube.List(ctx, claims, client.MatchingFields{classconfig.NodeClaimProviderIDField: node.Spec.ProviderID}); err != nil {
+			return nil, fmt.Errorf("listing the nodeclaims of node %s: %w", node.Name, err)
+		}
+		if len(claims.Items) > 0 {
+			return nil, nil
+		}
+	}
+	return []*corev1.Node{node}, nil
 }
