@@ -55,6 +55,12 @@ TOOLS=${TOOLS:-"kube-apiserver kube-controller-manager kube-scheduler kubectl ku
 export GOWORK=off CGO_ENABLED=0
 unset GOFLAGS
 
+# The tools are linked with -s -w (no symbol table, no DWARF), so the compiler need not
+# write DWARF either: -dwarf=false changes no binary's code and saves build CPU and cache
+# (docs/development.md, "Tool build cost"). Not for karpenter-kwok, which shares the
+# project's build cache.
+nodwarf=-gcflags=all=-dwarf=false
+
 host_arch=$(go env GOARCH)
 arch=${TOOLS_ARCH:-$host_arch}
 root=$FULFILLER_CACHE/tools
@@ -119,7 +125,7 @@ writable_copy() {
 build_tofu() {
   local dir
   dir=$(writable_copy "github.com/opentofu/opentofu@v$TOFU_VERSION" "opentofu-$TOFU_VERSION")
-  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath \
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath "$nodwarf" \
     -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$1" ./cmd/tofu)
 }
 
@@ -130,7 +136,7 @@ build_etcd() {
     for r in go.etcd.io/etcd/api/v3 go.etcd.io/etcd/client/pkg/v3 go.etcd.io/etcd/client/v3 go.etcd.io/etcd/pkg/v3; do
       go mod edit -dropreplace "$r"
     done &&
-    GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$1" .)
+    GOFLAGS=-mod=mod go build -trimpath "$nodwarf" -ldflags "-s -w" -o "$1" .)
 }
 
 k8s_source() {
@@ -159,7 +165,7 @@ build_k8s() { # build_k8s OUT CMD
     ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=${K8S_VERSION%%.*}"
     ld+=" -X $p.gitMinor=$(cut -d. -f2 <<<"$K8S_VERSION") -X $p.gitTreeState=clean -X $p.buildDate=$date"
   done
-  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$ld" -o "$1" "./cmd/$2")
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath "$nodwarf" -ldflags "$ld" -o "$1" "./cmd/$2")
 }
 
 build_helm() {
@@ -177,7 +183,7 @@ build_helm() {
 go_install() {
   local gobin
   gobin=$(mktemp -d)
-  (cd / && GOBIN=$gobin go install -trimpath -ldflags "${3:--s -w}" "$2")
+  (cd / && GOBIN=$gobin go install -trimpath "$nodwarf" -ldflags "${3:--s -w}" "$2")
   mv "$gobin/$(basename "${2%@*}")" "$1"
   rmdir "$gobin"
 }
@@ -206,7 +212,7 @@ build_golangci_lint() {
 build_provider() {
   local dir
   dir=$(writable_copy "$2@v$3" "$(basename "$2")-$3")
-  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w ${4:-}" -o "$1" .)
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath "$nodwarf" -ldflags "-s -w ${4:-}" -o "$1" .)
 }
 
 build_provider_hcloud() {
@@ -234,7 +240,7 @@ build_karpenter_kwok() {
 build_kwok() {
   local dir stage
   dir=$(writable_copy "sigs.k8s.io/kwok@v$KWOK_VERSION" "kwok-$KWOK_VERSION")
-  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath \
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath "$nodwarf" \
     -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION" -o "$1" ./cmd/kwok)
   : >"$1.stages.yaml"
   for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
