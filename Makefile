@@ -98,13 +98,12 @@ lint: ## golangci-lint with .golangci.yaml (goimports, govet, staticcheck, error
 test-unit: ## the inner loop, in seconds: the tests that need no tools and no control plane (hack/unit-packages.sh lists them)
 	pkgs=$$(hack/unit-packages.sh) && go test -count=1 $$pkgs
 
-test: tools image-tools vet lint verify-generate ## build the tools, then run every test suite against them, the unit and controller tests with -race (test/image builds the image)
-	go test $(GO_TEST_FLAGS) -race $(RACE_PACKAGES)
-	SOAK_DURATION=$(SOAK_CI_DURATION) SOAK_SEED= go test $(GO_TEST_FLAGS) ./test/...
+test: tools vet lint verify-generate ## build the tools, then run every test suite against them, the unit and controller tests with -race (test/image builds the image; hack/test.sh builds its arm64 tools in the background)
+	GO_TEST_FLAGS='$(GO_TEST_FLAGS)' RACE_PACKAGES='$(RACE_PACKAGES)' SOAK_DURATION=$(SOAK_CI_DURATION) hack/test.sh
 
 # make soak: random churn with invariants on a local environment of its own (test/soak);
-# make test runs SOAK_CI_DURATION of it beside the other suites under test/ (go test runs two
-# packages at a time on two cores; the end-to-end suite is the longest).
+# make test runs SOAK_CI_DURATION of it beside the other suites under test/ (hack/test.sh; go
+# test runs two packages at a time on two cores; the end-to-end suite is the longest).
 SOAK_DURATION ?= 1h
 SOAK_SEED ?=
 SOAK_CI_DURATION ?= 2m30s
