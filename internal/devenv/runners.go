@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -99,6 +100,9 @@ func startRunnerNode(ctx context.Context, l Layout, cp *controlplane.ControlPlan
 		Taints:   []corev1.Taint{{Key: runnerNodeLabel, Effect: corev1.TaintEffectNoSchedule}},
 		Dir:      l.Kubelet(),
 		Binaries: map[string]string{"fulfiller": self},
+		// The tools stand for the image's tofu, mirror and CLI configuration, by their local
+		// paths: the runner's emptyDir on /tmp must not cover them when the cache lies there.
+		ImagePaths: []string{filepath.Dir(controlplane.ToolsBin())},
 		// The image's user (hack/image: user 65532:65532): runner pods must work as it.
 		ImageUser: 65532, ImageGroup: 65532,
 		APIServer:      strings.TrimPrefix(cp.Server, "https://"),

@@ -55,6 +55,11 @@ type Config struct {
 	// Binaries maps a container command's first element (e.g. "fulfiller") to a local
 	// executable. A command that is not in it runs as given.
 	Binaries map[string]string
+	// ImagePaths are local folders that stand in for the image's own files (e.g. the tools
+	// and their CLI configuration, which the environment passes to containers by their local
+	// paths): a path under one is left as it is, even where a pod mounts a volume over a
+	// folder holding it (an emptyDir on /tmp, while the tools' cache lies under /tmp).
+	ImagePaths []string
 	// Env is added to every container's environment before the pod's own (e.g. what turns a
 	// test binary into the runner). PATH is inherited from this process unless set here.
 	Env []string

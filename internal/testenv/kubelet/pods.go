@@ -422,8 +422,7 @@ func (k *Kubelet) prepare(ctx context.Context, pod *corev1.Pod, dir string) (cmd
 	if err := checkAccess(id, mounts, termPath, containerTerm); err != nil {
 		return nil, "", logPath, err
 	}
-	paths = append(paths, pathMapping{from: containerTerm, to: termPath})
-	sort.Slice(paths, func(i, j int) bool { return len(paths[i].from) > len(paths[j].from) })
+	paths = newPathMap(append(paths, pathMapping{from: containerTerm, to: termPath}), k.cfg.ImagePaths)
 
 	env, err := k.environment(ctx, pod, c)
 	if err != nil {
@@ -718,6 +717,17 @@ func fieldValue(pod *corev1.Pod, path string) (string, error) {
 type pathMap []pathMapping
 
 type pathMapping struct{ from, to string }
+
+// newPathMap orders mounts longest container path first, after adding the image's paths as
+// mappings to themselves: a path under one stays as it is, though a mount covers its parent.
+func newPathMap(mounts []pathMapping, imagePaths []string) pathMap {
+	p := append(pathMap{}, mounts...)
+	for _, dir := range imagePaths {
+		p = append(p, pathMapping{from: filepath.Clean(dir), to: filepath.Clean(dir)})
+	}
+	sort.SliceStable(p, func(i, j int) bool { return len(p[i].from) > len(p[j].from) })
+	return p
+}
 
 // rewrite maps s when it is a container path under a mapping, or a --flag=PATH whose value is.
 func (p pathMap) rewrite(s string) string {

@@ -31,6 +31,26 @@ func TestPathMapRewrite(t *testing.T) {
 	}
 }
 
+// TestPathMapImagePaths: the tools' folder under /tmp keeps its local paths though the pod
+// mounts an emptyDir on /tmp; the rest of /tmp is the emptyDir's.
+func TestPathMapImagePaths(t *testing.T) {
+	p := newPathMap([]pathMapping{{from: "/tmp", to: "/k/pod/tmp"}, {from: "/dev/termination-log", to: "/k/pod/termination-log"}},
+		[]string{"/tmp/cache/tools/"})
+	for in, want := range map[string]string{
+		"/tmp/cache/tools/tofurc":   "/tmp/cache/tools/tofurc",
+		"/tmp/cache/tools":          "/tmp/cache/tools",
+		"/tmp/cache/toolsx":         "/k/pod/tmp/cache/toolsx",
+		"/tmp/cache/other":          "/k/pod/tmp/cache/other",
+		"/tmp":                      "/k/pod/tmp",
+		"-config=/tmp/cache/tools/": "-config=/tmp/cache/tools",
+		"/dev/termination-log":      "/k/pod/termination-log",
+	} {
+		if got := p.rewrite(in); got != want {
+			t.Errorf("rewrite(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestContainerAccess: as a real node, a container of the image's user cannot read a Secret
 // volume's 0440 file owned by root; with the pod's fsGroup the kubelet gives the volume to
 // that group and it can. Writable emptyDirs and the termination message file are checked the
