@@ -255,7 +255,7 @@ func TestDriftRolloutUnderBudget(t *testing.T) {
 	// order they happened: the claims' for Karpenter's, the Nodes' for old Nodes that still
 	// exist and are tainted or deleting.
 	var disrupting, maxDisrupting, maxNodes int
-	drifted := map[string]bool{}
+	drifted := map[string]string{} // old claim → its Drifted condition's reason
 	w := watchCluster(t, pool, app, func(w *clusterWatch, _ watch.EventType, obj client.Object, _ time.Time) {
 		switch obj.(type) {
 		case *karpv1.NodeClaim:
@@ -266,7 +266,7 @@ func TestDriftRolloutUnderBudget(t *testing.T) {
 				}
 				conds := c.StatusConditions()
 				if conds.IsTrue(karpv1.ConditionTypeDrifted) {
-					drifted[name] = true
+					drifted[name] = conds.Get(karpv1.ConditionTypeDrifted).Reason
 				}
 				if (conds.IsTrue(karpv1.ConditionTypeDisruptionReason) || c.DeletionTimestamp != nil) && !conds.IsTrue(karpv1.ConditionTypeInstanceTerminating) {
 					n++
@@ -317,8 +317,10 @@ func TestDriftRolloutUnderBudget(t *testing.T) {
 			t.Errorf("%d old claims are still counted as disrupted after the rollout", disrupting)
 		}
 		for name := range old {
-			if !drifted[name] {
+			if reason, ok := drifted[name]; !ok {
 				t.Errorf("nodeclaim %s was never seen Drifted", name)
+			} else if reason != "ModuleDrifted" {
+				t.Errorf("nodeclaim %s drifted for %q, want ModuleDrifted (only the module's version changed)", name, reason)
 			}
 		}
 	})

@@ -341,7 +341,7 @@ func (c *CloudProvider) fulfillmentFor(nc *v1alpha1.TofuNodeClass, claim *karpv1
 }
 
 // hydrate is the claim as Create returns it: provider ID, labels of the chosen offering,
-// capacity and allocatable, and the drift hash.
+// capacity and allocatable, and the drift hash with its parts.
 func (c *CloudProvider) hydrate(claim *karpv1.NodeClaim, nc *v1alpha1.TofuNodeClass, nt *v1alpha1.NodeType, f *v1alpha1.Fulfillment, providerID string) (*karpv1.NodeClaim, error) {
 	it, err := instanceType(nt, nil)
 	if err != nil {
@@ -351,6 +351,9 @@ func (c *CloudProvider) hydrate(claim *karpv1.NodeClaim, nc *v1alpha1.TofuNodeCl
 	out.Labels = classconfig.NodeLabels(nt, f)
 	maps.Copy(out.Labels, c.families.NodeZoneLabels(nc.Spec.Family, f.Spec.Zone))
 	out.Annotations = map[string]string{AnnotationHash: f.Spec.Hash, AnnotationHashVersion: HashVersion}
+	if nodeHash(nc, nt) == f.Spec.Hash { // else the class changed since f was recorded: its parts are gone
+		out.Annotations[AnnotationHashParts] = hashParts(nc, nt)
+	}
 	out.Status.ProviderID = providerID
 	out.Status.Capacity = it.Capacity
 	out.Status.Allocatable = it.Allocatable()
@@ -518,7 +521,8 @@ func (c *CloudProvider) instanceTypes(nc *v1alpha1.TofuNodeClass) ([]*cloudprovi
 	return its, nil
 }
 
-// IsDrifted compares the hash stamped on the claim at Create with the NodeClass as it is now.
+// IsDrifted compares the hash stamped on the claim at Create with the NodeClass as it is now,
+// and names the parts that differ (driftReason): the reason of the claim's Drifted condition.
 func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) (cloudprovider.DriftReason, error) {
 	if claim.Annotations[AnnotationHashVersion] != HashVersion {
 		return "", nil
@@ -532,7 +536,7 @@ func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) 
 		return "", nil // core reports InstanceTypeNotFound itself
 	}
 	if claim.Annotations[AnnotationHash] != nodeHash(nc, nt) {
-		return "NodeClassDrifted", nil
+		return driftReason(claim.Annotations[AnnotationHashParts], hashParts(nc, nt)), nil
 	}
 	return "", nil
 }

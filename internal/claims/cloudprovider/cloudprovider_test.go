@@ -203,7 +203,8 @@ func TestGetListDelete(t *testing.T) {
 }
 
 // TestIsDrifted: a claim drifts when what its node was made from changes, not when offerings,
-// deadlines or the backend's Secrets and encryption do, and not across hash versions.
+// deadlines or the backend's Secrets and encryption do, and not across hash versions; the
+// reason names what changed.
 func TestIsDrifted(t *testing.T) {
 	e := newEnv(t)
 	claim := e.create(test.NodeClaim("sim-x7k2q", "sim", e.clock.Now()))
@@ -226,8 +227,14 @@ func TestIsDrifted(t *testing.T) {
 			nc.Spec.Backend.PG = &v1alpha1.PGBackendSpec{ConnSecretRef: v1alpha1.SecretKeyRef{Name: "renamed", Key: "url"}}
 		}},
 		{name: "the token's lifetime", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Bootstrap.TokenTTL = metav1.Duration{Duration: time.Hour} }},
-		{name: "a variable", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Variables = map[string]string{"image": "ubuntu-26.04"} }, want: "NodeClassDrifted"},
-		{name: "the module version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" }, want: "NodeClassDrifted"},
+		{name: "a variable", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Variables = map[string]string{"image": "ubuntu-26.04"} }, want: "VariablesDrifted"},
+		{name: "the module version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" }, want: "ModuleDrifted"},
+		{name: "the module version and the endpoint", change: func(nc *v1alpha1.TofuNodeClass) {
+			nc.Spec.Module.Version = "2"
+			nc.Spec.Bootstrap.APIServerEndpoint = "10.0.0.9:6443"
+		}, want: "ModuleDrifted,BootstrapDrifted"},
+		{name: "a claim created without the hash's parts", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" },
+			claim: func(c *karpv1.NodeClaim) { delete(c.Annotations, AnnotationHashParts) }, want: ReasonNodeClassDrifted},
 		{name: "an older hash version", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.Module.Version = "2" },
 			claim: func(c *karpv1.NodeClaim) { c.Annotations[AnnotationHashVersion] = "v0" }},
 		{name: "its node type gone (Karpenter reports it)", change: func(nc *v1alpha1.TofuNodeClass) { nc.Spec.NodeTypes[0].Name = "medium" }},
